@@ -1,0 +1,39 @@
+"""The exceptions of the IR package. Each says what is wrong and where, so a user can act on it."""
+
+from __future__ import annotations
+
+
+class IRError(Exception):
+    """Base of every error this package raises on purpose."""
+
+
+class ShapeError(IRError, ValueError):
+    """A tensor-stage op was given shapes it cannot combine (the message names the op and the shapes)."""
+
+
+class DTypeError(IRError, TypeError):
+    """An op was given dtypes it does not accept."""
+
+
+class IRVerifyError(IRError):
+    """A graph breaks a rule of its IR stage; the message names the node and the rule."""
+
+
+class RewriteError(IRError):
+    """The rewrite engine was misused, or a rule misbehaved (returned a non-UOp, or looped)."""
+
+
+class RewriteLoopError(RewriteError):
+    """Rewrite rules kept firing past the step limit, or rewrote a node back into itself."""
+
+
+class IRDecodeError(IRError):
+    """Bytes or text that are not a valid serialized graph. `offset` is where decoding stopped."""
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(f"{message} (at byte offset {offset})")
+        self.offset = offset
+
+
+class IRVersionError(IRError):
+    """Serialized IR from a format or opset version this reader cannot read; names both versions."""

@@ -1,0 +1,272 @@
+"""Exact scalar arithmetic per dtype: what constant folding computes, and what an interpreter of the IR computes.
+
+Integers wrap around in two's complement at their width (the index type is an unbounded mathematical integer);
+IDIV truncates toward zero and MOD takes the sign of the dividend, as C does. Floats are computed in float64 and
+rounded to nearest-even at the result dtype, which gives the correctly rounded result for + - * / sqrt at
+float32, float16 and bfloat16 (float64 holds more than twice their precision). Transcendentals (EXP2, LOG2, SIN,
+POW) are rounded from float64's result, which may differ from a device's by an ulp.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from typing import Final
+
+from plygrad.ir.dtype import ConstType, DType, DTypeKind, dtypes
+from plygrad.ir.ops import Ops
+
+_MASK32: Final = 0xFFFFFFFF
+
+
+# ---- representing values ---------------------------------------------------------------------------------------
+def _round_float32(x: float) -> float:
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+    except OverflowError:  # struct raises only when the rounded value is infinite
+        return math.copysign(math.inf, x)
+
+
+def _round_float16(x: float) -> float:
+    try:
+        return float(struct.unpack("<e", struct.pack("<e", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _round_bfloat16(x: float) -> float:
+    # float64 -> float32 -> bfloat16, as PyTorch's c10::BFloat16 does (round to nearest even at each step)
+    f32 = _round_float32(x)
+    if math.isnan(f32):
+        return f32
+    bits = struct.unpack("<I", struct.pack("<f", f32))[0]
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return float(struct.unpack("<f", struct.pack("<I", bits & _MASK32))[0])
+
+
+_FLOAT_ROUNDERS: Final[dict[DType, Callable[[float], float]]] = {
+    dtypes.float64: float, dtypes.float32: _round_float32, dtypes.float16: _round_float16,
+    dtypes.bfloat16: _round_bfloat16,
+}
+
+
+def _wrap_int(dt: DType, x: int) -> int:
+    if dt.kind is DTypeKind.INDEX:
+        return x
+    bits = dt.bitsize
+    x &= (1 << bits) - 1
+    if dt.kind is DTypeKind.SIGNED and x >> (bits - 1):
+        x -= 1 << bits
+    return x
+
+
+def truncate(dt: DType, value: ConstType) -> ConstType:
+    """`value` as the dtype stores it: ints wrapped to width, floats rounded, anything nonzero True for bool."""
+    scalar = dt.scalar()
+    if scalar.kind is DTypeKind.BOOL:
+        return bool(value)
+    if scalar.kind is DTypeKind.FLOAT:
+        return _FLOAT_ROUNDERS[scalar](float(value))
+    if scalar.is_int:
+        if isinstance(value, float):
+            return _wrap_int(scalar, _float_to_int(value))
+        return _wrap_int(scalar, int(value))
+    raise TypeError(f"{dt!r} holds no values")
+
+
+def _float_to_int(x: float) -> int:
+    # C leaves out-of-range and NaN conversions undefined; we define NaN -> 0 and +-inf -> 0 so folding is total
+    if math.isnan(x) or math.isinf(x):
+        return 0
+    return math.trunc(x)
+
+
+def cast_value(value: ConstType, to: DType) -> ConstType:
+    """CAST of a scalar: float->int truncates toward zero (then wraps), int->float rounds, x->bool is x != 0."""
+    return truncate(to, value)
+
+
+_STRUCT_FORMATS: Final[dict[DType, str]] = {
+    dtypes.bool: "?", dtypes.int8: "b", dtypes.uint8: "B", dtypes.int16: "h", dtypes.uint16: "H",
+    dtypes.int32: "i", dtypes.uint32: "I", dtypes.int64: "q", dtypes.uint64: "Q", dtypes.float16: "e",
+    dtypes.float32: "f", dtypes.float64: "d",
+}
+
+
+def to_bytes(value: ConstType, dt: DType) -> bytes:
+    """The little-endian memory bytes of one scalar of dtype `dt`."""
+    value = truncate(dt, value)
+    if dt is dtypes.bfloat16:
+        return struct.pack("<f", value)[2:]
+    return struct.pack("<" + _STRUCT_FORMATS[dt], value)
+
+
+def from_bytes(data: bytes, dt: DType) -> ConstType:
+    """Inverse of `to_bytes`."""
+    if dt is dtypes.bfloat16:
+        return float(struct.unpack("<f", b"\x00\x00" + data)[0])
+    result: ConstType = struct.unpack("<" + _STRUCT_FORMATS[dt], data)[0]
+    return result
+
+
+def bitcast_value(value: ConstType, src: DType, to: DType) -> ConstType:
+    """BITCAST of a scalar: the same bytes read as another dtype of the same size."""
+    if src.itemsize != to.itemsize:
+        raise ValueError(f"bitcast from {src!r} to {to!r}: itemsizes {src.itemsize} and {to.itemsize} differ")
+    return from_bytes(to_bytes(value, src), to)
+
+
+# ---- float helpers that never raise ----------------------------------------------------------------------------
+def _fdiv(x: float, y: float) -> float:
+    if y == 0.0:
+        if x == 0.0 or math.isnan(x):
+            return math.nan
+        return math.copysign(math.inf, x) * math.copysign(1.0, y)
+    return x / y
+
+
+def _exp2(x: float) -> float:
+    try:
+        return math.pow(2.0, x)
+    except OverflowError:
+        return math.inf
+
+
+def _log2(x: float) -> float:
+    if math.isnan(x) or x < 0:
+        return math.nan
+    if x == 0:
+        return -math.inf
+    return math.log2(x)
+
+
+def _sqrt(x: float) -> float:
+    return math.nan if x < 0 else math.sqrt(x)
+
+
+def _sin(x: float) -> float:
+    return math.nan if math.isinf(x) else math.sin(x)
+
+
+def _pow(x: float, y: float) -> float:
+    try:
+        return math.pow(x, y)
+    except OverflowError:
+        return math.inf if x > 0 or (float(y).is_integer() and int(y) % 2 == 0) else -math.inf
+    except (ValueError, ZeroDivisionError):
+        if x == 0.0:  # 0 ** negative
+            odd = float(y).is_integer() and int(y) % 2 == 1
+            return math.copysign(math.inf, x) if odd else math.inf
+        return math.nan  # negative ** fractional
+
+
+def _fmax(x: float, y: float) -> float:
+    if math.isnan(x) or math.isnan(y):
+        return math.nan  # PyTorch's maximum propagates NaN
+    if x == y == 0.0:
+        return x if math.copysign(1.0, x) > 0 else y
+    return max(x, y)
+
+
+def _trunc(x: float) -> float:
+    return x if math.isinf(x) or math.isnan(x) else float(math.trunc(x))
+
+
+def _idiv(x: int, y: int) -> int:
+    if y == 0:
+        raise ZeroDivisionError("integer division by zero is undefined")
+    q = abs(x) // abs(y)
+    return q if (x < 0) == (y < 0) else -q
+
+
+def _mod(x: int, y: int) -> int:
+    return x - y * _idiv(x, y)
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _MASK32
+
+
+def threefry2x32(counter: int, key: int) -> int:
+    """Threefry-2x32 with 20 rounds (Random123, as JAX uses it) on a 64-bit counter and key.
+
+    The low 32 bits of each are word 0, the high 32 bits word 1; the result packs (word1 << 32) | word0.
+    """
+    ks = (key & _MASK32, (key >> 32) & _MASK32, 0)
+    ks = (ks[0], ks[1], ks[0] ^ ks[1] ^ 0x1BD11BDA)
+    x0 = (counter & _MASK32) + ks[0] & _MASK32
+    x1 = ((counter >> 32) & _MASK32) + ks[1] & _MASK32
+    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
+    for group in range(5):
+        for r in rotations[group % 2]:
+            x0 = (x0 + x1) & _MASK32
+            x1 = _rotl32(x1, r) ^ x0
+        x0 = (x0 + ks[(group + 1) % 3]) & _MASK32
+        x1 = (x1 + ks[(group + 2) % 3] + group + 1) & _MASK32
+    return (x1 << 32) | x0
+
+
+def _shl(dt: DType, x: int, y: int) -> int:
+    if not 0 <= y < dt.bitsize:
+        raise ValueError(f"shift by {y} is undefined for {dt!r}")
+    return x << y
+
+
+def _shr(dt: DType, x: int, y: int) -> int:
+    if not 0 <= y < dt.bitsize:
+        raise ValueError(f"shift by {y} is undefined for {dt!r}")
+    return x >> y
+
+
+# ---- the ALU table ---------------------------------------------------------------------------------------------
+# Each entry computes the exact result from Python values; exec_alu then rounds or wraps it at the dtype.
+_FLOAT_ALU: Final[dict[Ops, Callable[..., ConstType]]] = {
+    Ops.NEG: lambda x: -x, Ops.RECIPROCAL: lambda x: _fdiv(1.0, x), Ops.SQRT: _sqrt, Ops.EXP2: _exp2,
+    Ops.LOG2: _log2, Ops.SIN: _sin, Ops.TRUNC: _trunc,
+    Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y, Ops.FDIV: _fdiv,
+    Ops.MAX: _fmax, Ops.POW: _pow, Ops.MULACC: lambda x, y, z: x * y + z,
+}
+_INT_ALU: Final[dict[Ops, Callable[..., ConstType]]] = {
+    Ops.NEG: lambda x: -x, Ops.TRUNC: lambda x: x,
+    Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y, Ops.IDIV: _idiv,
+    Ops.MOD: _mod, Ops.MAX: max, Ops.AND: lambda x, y: x & y, Ops.OR: lambda x, y: x | y,
+    Ops.XOR: lambda x, y: x ^ y, Ops.MULACC: lambda x, y, z: x * y + z, Ops.THREEFRY: threefry2x32,
+}
+_BOOL_ALU: Final[dict[Ops, Callable[..., ConstType]]] = {
+    Ops.AND: lambda x, y: x and y, Ops.OR: lambda x, y: x or y, Ops.XOR: lambda x, y: x != y,
+    Ops.MAX: lambda x, y: x or y, Ops.MUL: lambda x, y: x and y, Ops.ADD: lambda x, y: x or y,
+}
+_COMPARE: Final[dict[Ops, Callable[[ConstType, ConstType], bool]]] = {
+    Ops.CMPLT: lambda x, y: x < y, Ops.CMPNE: lambda x, y: x != y, Ops.CMPEQ: lambda x, y: x == y,
+}
+
+
+def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...]) -> ConstType:
+    """The exact value of ALU `op` whose result dtype is `dtype` (for comparisons: the operands' dtype is what
+    matters, the result is bool). Raises ZeroDivisionError/ValueError where C leaves the result undefined
+    (integer division by zero, out-of-range shifts), so a folding pass can leave such nodes alone.
+    """
+    if op in _COMPARE:
+        return _COMPARE[op](operands[0], operands[1])
+    if op is Ops.WHERE:
+        return truncate(dtype, operands[1] if operands[0] else operands[2])
+    scalar = dtype.scalar()
+    if scalar.kind is DTypeKind.FLOAT:
+        fn = _FLOAT_ALU.get(op)
+        args: tuple[ConstType, ...] = tuple(float(x) for x in operands)
+    elif scalar.kind is DTypeKind.BOOL:
+        fn = _BOOL_ALU.get(op)
+        args = tuple(bool(x) for x in operands)
+    elif scalar.is_int:
+        if op is Ops.SHL:
+            return truncate(scalar, _shl(scalar, int(operands[0]), int(operands[1])))
+        if op is Ops.SHR:
+            return truncate(scalar, _shr(scalar, int(operands[0]), int(operands[1])))
+        fn = _INT_ALU.get(op)
+        args = tuple(int(x) for x in operands)
+    else:
+        raise TypeError(f"{op!r} has no values of dtype {dtype!r}")
+    if fn is None:
+        raise TypeError(f"{op!r} is not defined on {dtype!r}")
+    return truncate(scalar, fn(*args))

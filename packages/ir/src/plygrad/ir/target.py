@@ -1,0 +1,97 @@
+"""`Target`: what codegen needs to know about a backend's code target, as a frozen, serializable record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from plygrad.ir.dtype import DType, dtypes
+from plygrad.ir.records import record
+
+
+@record("TensorCore")
+@dataclass(frozen=True)
+class TensorCore:
+    """One matrix-multiply-accumulate shape a target runs natively: D[M,N] = A[M,K] @ B[K,N] + C[M,N]."""
+
+    dims: tuple[int, int, int]  # (M, N, K)
+    dtype_in: DType
+    dtype_out: DType
+    threads: int  # threads of a group that cooperate on one tile
+
+    def __post_init__(self) -> None:
+        if len(self.dims) != 3 or any(type(d) is not int or d <= 0 for d in self.dims):
+            raise ValueError(f"TensorCore.dims must be three positive ints (M, N, K), got {self.dims!r}")
+        if type(self.threads) is not int or self.threads <= 0:
+            raise ValueError(f"TensorCore.threads must be a positive int, got {self.threads!r}")
+
+
+def _positive_triple(name: str, value: object) -> None:
+    if not (isinstance(value, tuple) and len(value) == 3 and all(type(v) is int and v > 0 for v in value)):
+        raise ValueError(f"Target.{name} must be three positive ints, got {value!r}")
+
+
+@record("Target")
+@dataclass(frozen=True)
+class Target:
+    """A backend's code target.
+
+    `renderer` picks the renderer by name ("c", "cuda", "hip", "metal", or a plugin's); `arch` is the
+    renderer-specific architecture ("sm_90", "gfx1100", "x86-64-v3"). Locals are workgroup threads: a target with
+    `has_local=False` (a CPU) runs every kernel with local size 1. `threads` is how many CPU threads may run one
+    kernel's outer loop in parallel.
+    """
+
+    device: str
+    renderer: str
+    arch: str = ""
+    has_local: bool = False
+    has_shared: bool = False
+    global_max: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    local_max: tuple[int, int, int] = (1024, 1024, 64)
+    max_threads_per_group: int = 1024
+    shared_max: int = 0  # bytes of workgroup-shared memory
+    # allowed vector widths per scalar dtype; a dtype not listed is scalar-only
+    vector_widths: tuple[tuple[DType, tuple[int, ...]], ...] = ((dtypes.float32, (2, 4, 8)),)
+    supported_dtypes: tuple[DType, ...] = field(default_factory=dtypes.all)
+    tensor_cores: tuple[TensorCore, ...] = ()
+    threads: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("device", "renderer"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"Target.{name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.arch, str):
+            raise ValueError(f"Target.arch must be a string, got {self.arch!r}")
+        _positive_triple("global_max", self.global_max)
+        _positive_triple("local_max", self.local_max)
+        for name in ("max_threads_per_group", "threads"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"Target.{name} must be a positive int, got {value!r}")
+        if type(self.shared_max) is not int or self.shared_max < 0:
+            raise ValueError(f"Target.shared_max must be a non-negative int, got {self.shared_max!r}")
+        for entry in self.vector_widths:
+            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], DType)
+                    and all(type(w) is int and w > 1 for w in entry[1])):
+                raise ValueError(f"Target.vector_widths entries are (dtype, (widths > 1, ...)), got {entry!r}")
+
+    def vector_widths_for(self, dtype: DType) -> tuple[int, ...]:
+        """The vector widths codegen may use for `dtype` (empty: scalar only)."""
+        for dt, widths in self.vector_widths:
+            if dt is dtype:
+                return widths
+        return ()
+
+    def to_bytes(self) -> bytes:
+        """This target serialized (the same header and value encoding as graphs)."""
+        from plygrad.ir.serialize import serialize_target
+
+        return serialize_target(self)
+
+    @staticmethod
+    def from_bytes(data: bytes) -> Target:
+        """Inverse of `to_bytes`; raises IRDecodeError/IRVersionError on bad input."""
+        from plygrad.ir.serialize import deserialize_target
+
+        return deserialize_target(data)

@@ -1,0 +1,440 @@
+"""`UOp`: the one node type of every IR stage.
+
+A UOp is `(op, dtype, src, arg)`, immutable and hash-consed: building the same node twice returns the same object,
+so structural equality is identity, hashing is free, and a graph is a DAG that shares every common subexpression.
+Everything that walks a graph here is iterative, so graphs deeper than Python's recursion limit are fine.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Final, TypeVar
+
+from plygrad.ir.dtype import ConstType, DType, DTypeKind, dtypes
+from plygrad.ir.errors import DTypeError
+from plygrad.ir.ops import AxisType, GroupOp, Ops
+from plygrad.ir.scalar import _idiv, truncate
+
+_T = TypeVar("_T")
+
+# Tags that keep keys of different Python types apart (1 == 1.0 == True and 0.0 == -0.0 in Python, but they are
+# different constants to the IR; NaN != NaN, but a NaN constant must still be shared).
+_FLOAT_TAG: Final = object()
+_BOOL_TAG: Final = object()
+_TUPLE_TAG: Final = object()
+
+
+def arg_key(arg: Any) -> Any:
+    """A hashable key for a UOp argument that tells apart values Python considers equal (1, 1.0, True; 0.0, -0.0)
+    and makes equal what Python does not (NaN with the same bits)."""
+    kind = type(arg)
+    if kind is int or kind is str or arg is None:
+        return arg
+    if kind is float:
+        return (_FLOAT_TAG, struct.pack("<d", arg))
+    if kind is bool:
+        return (_BOOL_TAG, arg)
+    if kind is tuple:
+        return (_TUPLE_TAG, *[arg_key(a) for a in arg])
+    return arg
+
+
+class UOp:
+    """One IR node. Construct with `UOp(op, dtype, src, arg)`; the same arguments always give the same object."""
+
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+    _key: tuple[Any, ...]
+
+    # key -> weak reference: the cache finds a live node again but never keeps one alive (see __del__)
+    _cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = {}
+
+    def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        key = (op, dtype, src, arg_key(arg))
+        ref = UOp._cache.get(key)
+        if ref is not None:
+            found = ref()
+            if found is not None:
+                return found
+        node = object.__new__(cls)
+        fields = node.__dict__
+        fields["op"], fields["dtype"], fields["src"], fields["arg"], fields["_key"] = op, dtype, src, arg, key
+        UOp._cache[key] = weakref.ref(node)
+        return node
+
+    def __del__(self) -> None:
+        try:
+            key = self.__dict__["_key"]
+            ref = UOp._cache.get(key)
+            if ref is not None and ref() in (self, None):
+                del UOp._cache[key]
+        except Exception:  # noqa: S110 - interpreter shutdown may have torn down the cache already
+            pass
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"UOp is immutable: cannot set {name!r}; build a new node with .replace()")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"UOp is immutable: cannot delete {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from plygrad.ir.serialize import deserialize, serialize
+
+        return (deserialize, (serialize(self),))
+
+    def __copy__(self) -> UOp:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> UOp:
+        return self
+
+    # ---- building ----------------------------------------------------------------------------------------------
+    def replace(self, **changes: Any) -> UOp:
+        """This node with some of op/dtype/src/arg changed."""
+        new = (changes.pop("op", self.op), changes.pop("dtype", self.dtype), changes.pop("src", self.src),
+               changes.pop("arg", self.arg))
+        if changes:
+            raise TypeError(f"replace() got unknown fields {sorted(changes)}; a UOp has op, dtype, src, arg")
+        if new[0] is self.op and new[1] is self.dtype and new[2] == self.src and arg_key(new[3]) == self._key[3]:
+            return self
+        return UOp(*new)
+
+    @staticmethod
+    def const(dtype: DType, value: ConstType) -> UOp:
+        """A CONST of `dtype` holding `value` as the dtype stores it (wrapped or rounded)."""
+        if dtype.kind is DTypeKind.VOID:
+            raise DTypeError("a CONST needs a value dtype, not void")
+        return UOp(Ops.CONST, dtype, (), truncate(dtype, value))
+
+    def const_like(self, value: ConstType) -> UOp:
+        """A CONST with this node's dtype."""
+        return UOp.const(self.dtype, value)
+
+    @staticmethod
+    def variable(name: str, vmin: int, vmax: int, dtype: DType = dtypes.index) -> UOp:
+        """A symbolic integer variable `name` known to lie in [vmin, vmax]."""
+        if vmin > vmax:
+            raise ValueError(f"variable {name!r}: empty range [{vmin}, {vmax}]")
+        return UOp(Ops.DEFINE_VAR, dtype, (), (name, vmin, vmax))
+
+    @staticmethod
+    def range(end: UOp | int, axis: int, axis_type: AxisType = AxisType.LOOP) -> UOp:
+        """A loop variable running 0..end-1 (`axis` tells ranges of one kernel apart)."""
+        end_node = end if isinstance(end, UOp) else UOp.const(dtypes.index, end)
+        return UOp(Ops.RANGE, dtypes.index, (end_node,), (axis, axis_type))
+
+    def bind(self, value: int) -> UOp:
+        """Bind this DEFINE_VAR to a concrete value."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"bind() is for DEFINE_VAR, not {self.op!r}")
+        _, lo, hi = self.arg
+        if not lo <= value <= hi:
+            raise ValueError(f"variable {self.arg[0]!r}: value {value} is outside [{lo}, {hi}]")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    def _operand(self, x: UOp | ConstType) -> UOp:
+        return x if isinstance(x, UOp) else self.const_like(x)
+
+    def alu(self, op: Ops, *others: UOp | ConstType) -> UOp:
+        """The ALU node `op(self, *others)`; Python scalars become constants of this node's dtype."""
+        srcs = (self, *(self._operand(o) for o in others))
+        if op is Ops.WHERE:
+            dtype = srcs[1].dtype
+        elif op in GroupOp.Comparison:
+            dtype = dtypes.bool.vec(self.dtype.count) if self.dtype.count > 1 else dtypes.bool
+        else:
+            dtype = self.dtype
+        return UOp(op, dtype, srcs)
+
+    def cast(self, dtype: DType) -> UOp:
+        return self if dtype is self.dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> UOp:
+        return UOp(Ops.BITCAST, dtype, (self,))
+
+    def where(self, if_true: UOp | ConstType, if_false: UOp | ConstType) -> UOp:
+        """`self ? if_true : if_false` (self is the bool condition)."""
+        true_node = if_true if isinstance(if_true, UOp) else (
+            if_false.const_like(if_true) if isinstance(if_false, UOp) else UOp.const(dtypes.from_py(if_true), if_true))
+        false_node = if_false if isinstance(if_false, UOp) else true_node.const_like(if_false)
+        return UOp(Ops.WHERE, true_node.dtype, (self, true_node, false_node))
+
+    def __add__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.ADD, x)
+    def __radd__(self, x: ConstType) -> UOp: return self._operand(x).alu(Ops.ADD, self)
+    def __sub__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.SUB, x)
+    def __rsub__(self, x: ConstType) -> UOp: return self._operand(x).alu(Ops.SUB, self)
+    def __mul__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.MUL, x)
+    def __rmul__(self, x: ConstType) -> UOp: return self._operand(x).alu(Ops.MUL, self)
+    def __floordiv__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.IDIV, x)
+    def __rfloordiv__(self, x: ConstType) -> UOp: return self._operand(x).alu(Ops.IDIV, self)
+    def __truediv__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.FDIV, x)
+    def __rtruediv__(self, x: ConstType) -> UOp: return self._operand(x).alu(Ops.FDIV, self)
+    def __mod__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.MOD, x)
+    def __rmod__(self, x: ConstType) -> UOp: return self._operand(x).alu(Ops.MOD, self)
+    def __and__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.AND, x)
+    def __or__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.OR, x)
+    def __xor__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.XOR, x)
+    def __lshift__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.SHL, x)
+    def __rshift__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.SHR, x)
+    def __neg__(self) -> UOp: return self.alu(Ops.NEG)
+    # ordering builds comparisons (as in tinygrad); == and hash stay identity, which hash-consing makes structural
+    def __lt__(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.CMPLT, x)
+    def __gt__(self, x: UOp | ConstType) -> UOp: return self._operand(x).alu(Ops.CMPLT, self)
+    def ne(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.CMPNE, x)
+    def eq(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.CMPEQ, x)
+    def maximum(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.MAX, x)
+    def minimum(self, x: UOp | ConstType) -> UOp: return -((-self).alu(Ops.MAX, -self._operand(x)))
+
+    __hash__ = object.__hash__
+
+    # ---- walking -----------------------------------------------------------------------------------------------
+    @property
+    def toposort(self) -> tuple[UOp, ...]:
+        """Every node reachable from this one, each after all of its sources (this node last)."""
+        # the cache leaves this node out: a node holding itself would be a reference cycle the GC must break
+        cached: tuple[UOp, ...] | None = self.__dict__.get("_toposort")
+        if cached is None:
+            cached = self.__dict__["_toposort"] = tuple(_toposort(self)[:-1])
+        return (*cached, self)
+
+    def sparents(self) -> Iterator[UOp]:
+        """Iterate the nodes reachable from this one (in topological order) without caching the list."""
+        return iter(_toposort(self))
+
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+        """This graph with every occurrence of a key of `mapping` replaced by its value (values are not walked)."""
+        new: dict[UOp, UOp] = {}
+        for node in _toposort(self):
+            if node in mapping:
+                new[node] = mapping[node]
+                continue
+            srcs = tuple(new[s] for s in node.src)
+            new[node] = node if srcs == node.src else UOp(node.op, node.dtype, srcs, node.arg)
+        return new[self]
+
+    # ---- analysis ----------------------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Tensor-stage shape (None for nodes without one, like SINK or kernel ops). Raises ShapeError."""
+        from plygrad.ir.shape import infer_shape
+
+        return _fill_bottom_up(self, "_shape", infer_shape)
+
+    @property
+    def ndim(self) -> int:
+        shape = self.shape
+        if shape is None:
+            raise ValueError(f"{self.op!r} has no tensor shape")
+        return len(shape)
+
+    @property
+    def vmin(self) -> ConstType:
+        """A lower bound of every value this node can take (exact for constants and variables)."""
+        return _fill_bottom_up(self, "_bounds", _bounds)[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        """An upper bound of every value this node can take."""
+        return _fill_bottom_up(self, "_bounds", _bounds)[1]
+
+    def const_value(self) -> ConstType | None:
+        """The value of a CONST node, None otherwise."""
+        return self.arg if self.op is Ops.CONST else None
+
+    # ---- printing ----------------------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return _repr(self, depth=3)
+
+    def __str__(self) -> str:
+        return _repr(self, depth=3)
+
+
+def _repr(node: UOp, depth: int) -> str:
+    if depth == 0:
+        return f"UOp({node.op!r}, ...)"
+    srcs = ", ".join(_repr(s, depth - 1) for s in node.src)
+    src_text = f"({srcs},)" if len(node.src) == 1 else f"({srcs})"
+    return f"UOp({node.op!r}, {node.dtype!r}, arg={node.arg!r}, src={src_text})"
+
+
+def _toposort(root: UOp) -> list[UOp]:
+    order: list[UOp] = []
+    visited: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            order.append(node)
+            continue
+        if node in visited:
+            continue
+        visited.add(node)
+        stack.append((node, True))
+        for s in reversed(node.src):
+            if s not in visited:
+                stack.append((s, False))
+    return order
+
+
+def _fill_bottom_up(root: UOp, attr: str, compute: Callable[[UOp], _T]) -> _T:
+    """Compute a per-node attribute for `root` and every source it depends on, children first, caching each in
+    the node (so deep graphs never recurse and shared subgraphs are computed once)."""
+    found = root.__dict__.get(attr, _MISSING)
+    if found is not _MISSING:
+        return found  # type: ignore[no-any-return]
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        fields = node.__dict__
+        if attr in fields:
+            stack.pop()
+            continue
+        pending = [s for s in node.src if attr not in s.__dict__]
+        if pending:
+            stack.extend(pending)
+            continue
+        stack.pop()
+        fields[attr] = compute(node)
+    return root.__dict__[attr]  # type: ignore[no-any-return]
+
+
+_MISSING: Final = object()
+
+
+# ---- interval analysis ----------------------------------------------------------------------------------------
+_DTYPE_BOUNDS: dict[DType, tuple[ConstType, ConstType]] = {}
+
+
+def _dtype_bounds(dt: DType) -> tuple[ConstType, ConstType]:
+    found = _DTYPE_BOUNDS.get(dt)
+    if found is None:
+        try:
+            found = (dt.min, dt.max)
+        except ValueError:  # void, pointers: no values to bound
+            found = (-math.inf, math.inf)
+        _DTYPE_BOUNDS[dt] = found
+    return found
+
+
+def _int_bounds(node: UOp) -> tuple[int, int] | None:
+    """Bounds of an integer-valued node from its sources' bounds, or None where the op gives no useful bound."""
+    op, src = node.op, node.src
+    if op is Ops.CONST:
+        return (int(node.arg), int(node.arg))
+    if op is Ops.DEFINE_VAR:
+        return (int(node.arg[1]), int(node.arg[2]))
+    bounds = [s.__dict__["_bounds"] for s in src]  # sources are always done first (_fill_bottom_up)
+    if op is Ops.BIND:
+        return (int(bounds[0][0]), int(bounds[0][1]))
+    if op in (Ops.RANGE, Ops.SPECIAL):
+        return (0, max(0, int(bounds[0][1]) - 1))
+    for lo, hi in bounds:
+        if type(lo) is float or type(hi) is float:
+            return None
+    lo_hi: list[tuple[int, int]] = bounds  # ints here (bools behave as ints)
+    if op is Ops.ADD:
+        return (lo_hi[0][0] + lo_hi[1][0], lo_hi[0][1] + lo_hi[1][1])
+    if op is Ops.SUB:
+        return (lo_hi[0][0] - lo_hi[1][1], lo_hi[0][1] - lo_hi[1][0])
+    if op is Ops.NEG:
+        return (-lo_hi[0][1], -lo_hi[0][0])
+    if op is Ops.MUL:
+        corners = [a * b for a in lo_hi[0] for b in lo_hi[1]]
+        return (min(corners), max(corners))
+    if op is Ops.MULACC:
+        corners = [a * b for a in lo_hi[0] for b in lo_hi[1]]
+        return (min(corners) + lo_hi[2][0], max(corners) + lo_hi[2][1])
+    if op is Ops.MAX:
+        return (max(lo_hi[0][0], lo_hi[1][0]), max(lo_hi[0][1], lo_hi[1][1]))
+    if op is Ops.IDIV:
+        (xlo, xhi), (ylo, yhi) = lo_hi
+        if ylo > 0 or yhi < 0:  # trunc(x/y) is monotone in each argument when y keeps its sign
+            corners = [_idiv(x, y) for x in (xlo, xhi) for y in (ylo, yhi)]
+            return (min(corners), max(corners))
+        return None
+    if op is Ops.MOD:
+        (xlo, xhi), (ylo, yhi) = lo_hi
+        if ylo > 0 or yhi < 0:
+            m = max(abs(ylo), abs(yhi)) - 1  # |x % y| < |y|, sign of x
+            if xlo >= 0:
+                return (0, min(xhi, m))
+            if xhi <= 0:
+                return (max(xlo, -m), 0)
+            return (max(xlo, -m), min(xhi, m))
+        return None
+    if op is Ops.WHERE:
+        cond = bounds[0]
+        if cond[0] == cond[1]:
+            return lo_hi[1] if cond[0] else lo_hi[2]
+        return (min(lo_hi[1][0], lo_hi[2][0]), max(lo_hi[1][1], lo_hi[2][1]))
+    if op is Ops.AND and lo_hi[0][0] >= 0 and lo_hi[1][0] >= 0:
+        return (0, min(lo_hi[0][1], lo_hi[1][1]))
+    if op in (Ops.OR, Ops.XOR) and lo_hi[0][0] >= 0 and lo_hi[1][0] >= 0:
+        top = (1 << max(lo_hi[0][1], lo_hi[1][1]).bit_length()) - 1
+        return (0 if op is Ops.XOR else max(lo_hi[0][0], lo_hi[1][0]), top)
+    if op is Ops.SHL and lo_hi[1][0] == lo_hi[1][1] and lo_hi[1][0] >= 0:
+        return (lo_hi[0][0] << lo_hi[1][0], lo_hi[0][1] << lo_hi[1][0])
+    if op is Ops.SHR and lo_hi[1][0] == lo_hi[1][1] and lo_hi[1][0] >= 0:
+        return (lo_hi[0][0] >> lo_hi[1][0], lo_hi[0][1] >> lo_hi[1][0])
+    if op is Ops.CAST and src[0].dtype.kind is not DTypeKind.FLOAT:
+        return lo_hi[0]
+    return None
+
+
+def _bool_bounds(node: UOp) -> tuple[bool, bool] | None:
+    op, src = node.op, node.src
+    if op is Ops.CONST:
+        return (bool(node.arg), bool(node.arg))
+    bounds = [s.__dict__["_bounds"] for s in src]
+    if op in GroupOp.Comparison:
+        (alo, ahi), (blo, bhi) = bounds[0], bounds[1]
+        if op is Ops.CMPLT:
+            if ahi < blo:
+                return (True, True)
+            if alo >= bhi:
+                return (False, False)
+            return None
+        disjoint = ahi < blo or bhi < alo
+        same = alo == ahi == blo == bhi
+        if op is Ops.CMPNE:
+            return (True, True) if disjoint else (False, False) if same else None
+        return (False, False) if disjoint else (True, True) if same else None
+    if op in (Ops.AND, Ops.OR, Ops.XOR) and all(s.dtype.scalar() is dtypes.bool for s in src):
+        a, b = (bool(bounds[0][0]), bool(bounds[0][1])), (bool(bounds[1][0]), bool(bounds[1][1]))
+        if a[0] == a[1] and b[0] == b[1]:
+            value = {Ops.AND: a[0] and b[0], Ops.OR: a[0] or b[0], Ops.XOR: a[0] != b[0]}[op]
+            return (value, value)
+        if op is Ops.AND and (not a[1] or not b[1]):
+            return (False, False)
+        if op is Ops.OR and (a[0] or b[0]):
+            return (True, True)
+        return None
+    if op is Ops.WHERE:
+        if bounds[0][0] == bounds[0][1]:
+            chosen = bounds[1] if bounds[0][0] else bounds[2]
+            return (bool(chosen[0]), bool(chosen[1]))
+        return (bool(min(bounds[1][0], bounds[2][0])), bool(max(bounds[1][1], bounds[2][1])))
+    return None
+
+
+def _bounds(node: UOp) -> tuple[ConstType, ConstType]:
+    dt = node.dtype.scalar()
+    if dt.kind is DTypeKind.BOOL:
+        found_bool = _bool_bounds(node)
+        return found_bool if found_bool is not None else (False, True)
+    if dt.is_int:
+        found = _int_bounds(node)
+        if found is None:
+            return _dtype_bounds(dt)
+        lo, hi = _dtype_bounds(dt)
+        if found[0] < lo or found[1] > hi:  # the value may wrap around: nothing is known
+            return (lo, hi)
+        return found
+    if dt.kind is DTypeKind.FLOAT and node.op is Ops.CONST:
+        return (node.arg, node.arg)
+    return _dtype_bounds(dt)

@@ -1,0 +1,17 @@
+"""Format and opset versions of serialized IR (docs/ir.md, "Versioning").
+
+A reader accepts bytes of the same major version and an older or equal minor version, for each of the two.
+The format version covers the byte layout; the opset version covers which ops exist and their rules.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+FORMAT_VERSION: Final[tuple[int, int]] = (1, 0)
+OPSET_VERSION: Final[tuple[int, int]] = (1, 0)
+
+
+def readable(found: tuple[int, int], reader: tuple[int, int]) -> bool:
+    """True when a reader at version `reader` can read data written at version `found`."""
+    return found[0] == reader[0] and found[1] <= reader[1]
