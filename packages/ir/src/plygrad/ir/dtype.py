@@ -329,7 +329,8 @@ def result_dtype(*operands: DType | ConstType) -> DType:
 
 
 def sum_acc_dtype(dt: DType) -> DType:
-    """The accumulator dtype of a sum, as PyTorch: bool and small ints sum in int64-ish widths, floats keep theirs."""
+    """The accumulator dtype of a sum (tinygrad's rule): bool and narrow signed ints sum in default_int, narrow
+    unsigned ints in uint32, everything else in itself. PyTorch sums every integer in int64."""
     if dt.is_bool or (dt.kind is DTypeKind.SIGNED and dt.itemsize < 4):
         return dtypes.default_int
     if dt.kind is DTypeKind.UNSIGNED and dt.itemsize < 4:

@@ -28,11 +28,13 @@ class RewriteLoopError(RewriteError):
 
 
 class IRDecodeError(IRError):
-    """Bytes or text that are not a valid serialized graph. `offset` is where decoding stopped."""
+    """Bytes or text that are not a valid serialized graph. `offset` is where decoding stopped: a byte offset for
+    binary input, a character offset for text (`unit` says which)."""
 
-    def __init__(self, message: str, offset: int) -> None:
-        super().__init__(f"{message} (at byte offset {offset})")
+    def __init__(self, message: str, offset: int, unit: str = "byte") -> None:
+        super().__init__(f"{message} (at {unit} offset {offset})")
         self.offset = offset
+        self.unit = unit
 
 
 class IRVersionError(IRError):

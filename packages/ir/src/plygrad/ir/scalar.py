@@ -21,7 +21,57 @@ _MASK32: Final = 0xFFFFFFFF
 
 
 # ---- representing values ---------------------------------------------------------------------------------------
+# NaNs: a float64 holds every narrower NaN as the same sign and the payload shifted to the top of its mantissa
+# (what hardware conversion does). Doing that by hand rather than through struct keeps payloads and signaling NaNs
+# bit-exact, so BITCAST of any bit pattern to a float dtype and back gives the same bits (as NumPy's .view does).
+_F64_MANTISSA: Final = 52
+_NARROW_FORMATS: Final[dict[str, tuple[int, int]]] = {"float32": (8, 23), "float16": (5, 10), "bfloat16": (8, 7)}
+
+
+def _f64_bits(x: float) -> int:
+    return int(struct.unpack("<Q", struct.pack("<d", x))[0])
+
+
+def _narrow_nan(x: float, mantissa_bits: int) -> float:
+    """The float64 standing for the NaN `x` rounded to a format with `mantissa_bits`: the low payload bits go."""
+    bits = _f64_bits(x)
+    shift = _F64_MANTISSA - mantissa_bits
+    payload = (bits & ((1 << _F64_MANTISSA) - 1)) >> shift
+    if payload == 0:  # only low payload bits were set: converting hardware keeps a quiet NaN
+        payload = 1 << (mantissa_bits - 1)
+    return float(struct.unpack("<d", struct.pack("<Q", (bits & ~((1 << _F64_MANTISSA) - 1)) | payload << shift))[0])
+
+
+def _narrow_bits(x: float, name: str) -> int:
+    """The bit pattern of the already-rounded value `x` in the narrow float format `name`."""
+    exp_bits, mantissa_bits = _NARROW_FORMATS[name]
+    sign = _f64_bits(x) >> 63
+    if math.isnan(x):
+        payload = (_f64_bits(x) & ((1 << _F64_MANTISSA) - 1)) >> (_F64_MANTISSA - mantissa_bits)
+        return (sign << (exp_bits + mantissa_bits)) | (((1 << exp_bits) - 1) << mantissa_bits) | payload
+    if name == "float16":
+        return int(struct.unpack("<H", struct.pack("<e", x))[0])
+    f32 = int(struct.unpack("<I", struct.pack("<f", x))[0])
+    return f32 if name == "float32" else f32 >> 16
+
+
+def _narrow_from_bits(bits: int, name: str) -> float:
+    """Inverse of `_narrow_bits`."""
+    exp_bits, mantissa_bits = _NARROW_FORMATS[name]
+    exp_all_ones = ((1 << exp_bits) - 1) << mantissa_bits
+    payload = bits & ((1 << mantissa_bits) - 1)
+    if bits & exp_all_ones == exp_all_ones and payload:
+        sign = bits >> (exp_bits + mantissa_bits)
+        f64 = (sign << 63) | (0x7FF << _F64_MANTISSA) | (payload << (_F64_MANTISSA - mantissa_bits))
+        return float(struct.unpack("<d", struct.pack("<Q", f64))[0])
+    if name == "float16":
+        return float(struct.unpack("<e", struct.pack("<H", bits))[0])
+    return float(struct.unpack("<f", struct.pack("<I", bits if name == "float32" else bits << 16))[0])
+
+
 def _round_float32(x: float) -> float:
+    if math.isnan(x):
+        return _narrow_nan(x, 23)
     try:
         return float(struct.unpack("<f", struct.pack("<f", x))[0])
     except OverflowError:  # struct raises only when the rounded value is infinite
@@ -29,6 +79,8 @@ def _round_float32(x: float) -> float:
 
 
 def _round_float16(x: float) -> float:
+    if math.isnan(x):
+        return _narrow_nan(x, 10)
     try:
         return float(struct.unpack("<e", struct.pack("<e", x))[0])
     except OverflowError:
@@ -39,10 +91,30 @@ def _round_bfloat16(x: float) -> float:
     # float64 -> float32 -> bfloat16, as PyTorch's c10::BFloat16 does (round to nearest even at each step)
     f32 = _round_float32(x)
     if math.isnan(f32):
-        return f32
+        return _narrow_nan(f32, 7)
     bits = struct.unpack("<I", struct.pack("<f", f32))[0]
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
     return float(struct.unpack("<f", struct.pack("<I", bits & _MASK32))[0])
+
+
+def _int_to_float(x: int) -> float:
+    """`x` as a float64 from which rounding to any narrower float gives the correctly rounded value of `x`.
+
+    float(x) alone rounds twice on the way to float32 (int64 -> float64 -> float32), which is wrong for
+    x = 2**62 + 2**38 + 1. Rounding to odd at float64 (keep 53 bits, OR the dropped bits into the last one)
+    makes the second rounding exact, as C's (float)x is. Integers beyond float64's range become infinities.
+    """
+    magnitude = abs(x)
+    extra = magnitude.bit_length() - (_F64_MANTISSA + 1)
+    if extra > 0:
+        kept = magnitude >> extra
+        if magnitude & ((1 << extra) - 1):
+            kept |= 1
+        magnitude = kept << extra
+    try:
+        return float(magnitude) if x >= 0 else -float(magnitude)
+    except OverflowError:
+        return math.inf if x > 0 else -math.inf
 
 
 _FLOAT_ROUNDERS: Final[dict[DType, Callable[[float], float]]] = {
@@ -67,6 +139,13 @@ def truncate(dt: DType, value: ConstType) -> ConstType:
     if scalar.kind is DTypeKind.BOOL:
         return bool(value)
     if scalar.kind is DTypeKind.FLOAT:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if scalar is dtypes.float64:  # Python's int -> float is correctly rounded
+                try:
+                    return float(value)
+                except OverflowError:  # an index value past float64's range
+                    return math.inf if value > 0 else -math.inf
+            return _FLOAT_ROUNDERS[scalar](_int_to_float(value))
         return _FLOAT_ROUNDERS[scalar](float(value))
     if scalar.is_int:
         if isinstance(value, float):
@@ -97,15 +176,17 @@ _STRUCT_FORMATS: Final[dict[DType, str]] = {
 def to_bytes(value: ConstType, dt: DType) -> bytes:
     """The little-endian memory bytes of one scalar of dtype `dt`."""
     value = truncate(dt, value)
-    if dt is dtypes.bfloat16:
-        return struct.pack("<f", value)[2:]
+    if dt.name in _NARROW_FORMATS:
+        return _narrow_bits(float(value), dt.name).to_bytes(dt.itemsize, "little")
     return struct.pack("<" + _STRUCT_FORMATS[dt], value)
 
 
 def from_bytes(data: bytes, dt: DType) -> ConstType:
-    """Inverse of `to_bytes`."""
-    if dt is dtypes.bfloat16:
-        return float(struct.unpack("<f", b"\x00\x00" + data)[0])
+    """Inverse of `to_bytes` (NaN payloads included)."""
+    if dt.name in _NARROW_FORMATS:
+        if len(data) != dt.itemsize:
+            raise ValueError(f"{dt!r} takes {dt.itemsize} bytes, got {len(data)}")
+        return _narrow_from_bits(int.from_bytes(data, "little"), dt.name)
     result: ConstType = struct.unpack("<" + _STRUCT_FORMATS[dt], data)[0]
     return result
 
@@ -170,7 +251,8 @@ def _fmax(x: float, y: float) -> float:
 
 
 def _trunc(x: float) -> float:
-    return x if math.isinf(x) or math.isnan(x) else float(math.trunc(x))
+    # copysign: C's trunc keeps the sign of zero (trunc(-0.5) is -0.0), math.trunc returns an int that cannot
+    return x if math.isinf(x) or math.isnan(x) else math.copysign(float(math.trunc(x)), x)
 
 
 def _idiv(x: int, y: int) -> int:

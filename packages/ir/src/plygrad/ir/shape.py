@@ -54,8 +54,8 @@ def _reshape(arg: Any, shape: Shape) -> Shape:
 
 
 def _permute(arg: Any, shape: Shape) -> Shape:
-    if not (isinstance(arg, tuple) and sorted(arg) == list(range(len(shape)))
-            and all(type(a) is int for a in arg)):
+    if not (isinstance(arg, tuple) and all(type(a) is int for a in arg)  # ints first: sorted() of mixed types raises
+            and sorted(arg) == list(range(len(shape)))):
         raise ShapeError(f"PERMUTE of shape {shape} needs a permutation of {tuple(range(len(shape)))}, got {arg!r}")
     return tuple(shape[a] for a in arg)
 
@@ -92,7 +92,8 @@ def _flip(arg: Any, shape: Shape) -> Shape:
 
 
 def _reduce(arg: Any, shape: Shape) -> Shape:
-    if not (isinstance(arg, tuple) and len(arg) == 2 and arg[0] in GroupOp.ReduceOps and isinstance(arg[1], tuple)):
+    if not (isinstance(arg, tuple) and len(arg) == 2 and type(arg[0]) is Ops and arg[0] in GroupOp.ReduceOps
+            and isinstance(arg[1], tuple)):
         raise ShapeError(f"REDUCE needs the argument (reduce op, axes), got {arg!r}")
     axes = arg[1]
     if not all(type(a) is int and 0 <= a < len(shape) for a in axes) or len(set(axes)) != len(axes):
@@ -100,12 +101,12 @@ def _reduce(arg: Any, shape: Shape) -> Shape:
     return tuple(1 if axis in axes else n for axis, n in enumerate(shape))
 
 
-_MOVEMENT: Final[dict[Ops, Callable[[Any, Shape], Shape]]] = {
+MOVEMENT_SHAPES: Final[dict[Ops, Callable[[Any, Shape], Shape]]] = {
     Ops.RESHAPE: _reshape, Ops.PERMUTE: _permute, Ops.EXPAND: _expand, Ops.PAD: _pad, Ops.SHRINK: _shrink,
     Ops.FLIP: _flip, Ops.REDUCE: _reduce,
 }
 # ops whose shape is their (single or all-equal) sources' shape
-_SAME_AS_SOURCES: Final = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN}
+SAME_SHAPE_OPS: Final = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN}
 
 
 def infer_shape(node: UOp) -> Shape | None:
@@ -121,13 +122,13 @@ def infer_shape(node: UOp) -> Shape | None:
     src_shapes = [s.shape for s in node.src]
     if any(s is None for s in src_shapes):
         return None
-    if op in _MOVEMENT:
+    if op in MOVEMENT_SHAPES:
         if len(src_shapes) != 1:
             raise ShapeError(f"{op.name} takes one source, got {len(src_shapes)}")
         shape = src_shapes[0]
         assert shape is not None
-        return _MOVEMENT[op](node.arg, shape)
-    if op in _SAME_AS_SOURCES:
+        return MOVEMENT_SHAPES[op](node.arg, shape)
+    if op in SAME_SHAPE_OPS:
         if not src_shapes:
             raise ShapeError(f"{op.name} needs sources")
         first = src_shapes[0]

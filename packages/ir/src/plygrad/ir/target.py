@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from plygrad.ir.dtype import DType, dtypes
+from plygrad.ir.dtype import DType, DTypeKind, PtrDType, dtypes
 from plygrad.ir.records import record
 
 
@@ -23,6 +23,15 @@ class TensorCore:
             raise ValueError(f"TensorCore.dims must be three positive ints (M, N, K), got {self.dims!r}")
         if type(self.threads) is not int or self.threads <= 0:
             raise ValueError(f"TensorCore.threads must be a positive int, got {self.threads!r}")
+        for name in ("dtype_in", "dtype_out"):
+            if not isinstance(getattr(self, name), DType):
+                raise ValueError(f"TensorCore.{name} must be a DType, got {getattr(self, name)!r}")
+
+
+def _is_value_dtype(dt: object) -> bool:
+    """A scalar dtype that holds values: not a pointer, a vector, void or the abstract index type."""
+    return (isinstance(dt, DType) and not isinstance(dt, PtrDType) and dt.count == 1
+            and dt.kind not in (DTypeKind.VOID, DTypeKind.INDEX))
 
 
 def _positive_triple(name: str, value: object) -> None:
@@ -63,6 +72,9 @@ class Target:
                 raise ValueError(f"Target.{name} must be a non-empty string, got {value!r}")
         if not isinstance(self.arch, str):
             raise ValueError(f"Target.arch must be a string, got {self.arch!r}")
+        for name in ("has_local", "has_shared"):
+            if type(getattr(self, name)) is not bool:
+                raise ValueError(f"Target.{name} must be a bool, got {getattr(self, name)!r}")
         _positive_triple("global_max", self.global_max)
         _positive_triple("local_max", self.local_max)
         for name in ("max_threads_per_group", "threads"):
@@ -71,10 +83,18 @@ class Target:
                 raise ValueError(f"Target.{name} must be a positive int, got {value!r}")
         if type(self.shared_max) is not int or self.shared_max < 0:
             raise ValueError(f"Target.shared_max must be a non-negative int, got {self.shared_max!r}")
+        if not isinstance(self.vector_widths, tuple):
+            raise ValueError(f"Target.vector_widths must be a tuple of (dtype, widths) pairs, "
+                             f"got {self.vector_widths!r}")
         for entry in self.vector_widths:
-            if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], DType)
-                    and all(type(w) is int and w > 1 for w in entry[1])):
-                raise ValueError(f"Target.vector_widths entries are (dtype, (widths > 1, ...)), got {entry!r}")
+            if not (isinstance(entry, tuple) and len(entry) == 2 and _is_value_dtype(entry[0])
+                    and isinstance(entry[1], tuple) and all(type(w) is int and w > 1 for w in entry[1])):
+                raise ValueError(f"Target.vector_widths entries are (scalar dtype, (widths > 1, ...)), got {entry!r}")
+        if not (isinstance(self.supported_dtypes, tuple) and all(_is_value_dtype(d) for d in self.supported_dtypes)):
+            raise ValueError(f"Target.supported_dtypes must be a tuple of scalar value dtypes, "
+                             f"got {self.supported_dtypes!r}")
+        if not (isinstance(self.tensor_cores, tuple) and all(isinstance(t, TensorCore) for t in self.tensor_cores)):
+            raise ValueError(f"Target.tensor_cores must be a tuple of TensorCores, got {self.tensor_cores!r}")
 
     def vector_widths_for(self, dtype: DType) -> tuple[int, ...]:
         """The vector widths codegen may use for `dtype` (empty: scalar only)."""

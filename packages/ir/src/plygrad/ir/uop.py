@@ -8,15 +8,18 @@ Everything that walks a graph here is iterative, so graphs deeper than Python's 
 from __future__ import annotations
 
 import math
+import operator
 import struct
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
-from plygrad.ir.dtype import ConstType, DType, DTypeKind, dtypes
+from plygrad.ir.dtype import ConstType, DType, DTypeKind, dtypes, result_dtype
 from plygrad.ir.errors import DTypeError
 from plygrad.ir.ops import AxisType, GroupOp, Ops
+from plygrad.ir.records import record_fields
 from plygrad.ir.scalar import _idiv, truncate
+from plygrad.ir.shape import infer_shape
 
 _T = TypeVar("_T")
 
@@ -25,21 +28,32 @@ _T = TypeVar("_T")
 _FLOAT_TAG: Final = object()
 _BOOL_TAG: Final = object()
 _TUPLE_TAG: Final = object()
+_OPS_TAG: Final = object()
 
 
 def arg_key(arg: Any) -> Any:
-    """A hashable key for a UOp argument that tells apart values Python considers equal (1, 1.0, True; 0.0, -0.0)
-    and makes equal what Python does not (NaN with the same bits)."""
+    """A hashable key for a UOp argument that tells apart values Python considers equal (1, 1.0, True; 0.0, -0.0;
+    Ops.ADD and its IntEnum number) and makes equal what Python does not (NaN with the same bits)."""
     kind = type(arg)
     if kind is int or kind is str or arg is None:
         return arg
+    if kind is Ops:
+        return (_OPS_TAG, arg.name)
     if kind is float:
         return (_FLOAT_TAG, struct.pack("<d", arg))
     if kind is bool:
         return (_BOOL_TAG, arg)
     if kind is tuple:
         return (_TUPLE_TAG, *[arg_key(a) for a in arg])
+    names = _RECORD_KEY_FIELDS.get(kind)
+    if names is None and hasattr(kind, "record_name"):
+        names = _RECORD_KEY_FIELDS[kind] = record_fields(kind)
+    if names is not None:  # a record's own == would merge BufferRef(True, ..) with BufferRef(1, ..)
+        return (kind, *[arg_key(getattr(arg, name)) for name in names])
     return arg
+
+
+_RECORD_KEY_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class UOp:
@@ -83,9 +97,9 @@ class UOp:
         raise AttributeError(f"UOp is immutable: cannot delete {name!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        from plygrad.ir.serialize import deserialize, serialize
+        from plygrad.ir.serialize import deserialize_trusted, serialize
 
-        return (deserialize, (serialize(self),))
+        return (deserialize_trusted, (serialize(self),))
 
     def __copy__(self) -> UOp:
         return self
@@ -159,8 +173,12 @@ class UOp:
 
     def where(self, if_true: UOp | ConstType, if_false: UOp | ConstType) -> UOp:
         """`self ? if_true : if_false` (self is the bool condition)."""
-        true_node = if_true if isinstance(if_true, UOp) else (
-            if_false.const_like(if_true) if isinstance(if_false, UOp) else UOp.const(dtypes.from_py(if_true), if_true))
+        if isinstance(if_true, UOp):
+            true_node = if_true
+        elif isinstance(if_false, UOp):
+            true_node = if_false.const_like(if_true)
+        else:  # two Python scalars: the weak-scalar promotion of both (1 and 2.5 give a float)
+            true_node = UOp.const(result_dtype(if_true, if_false), if_true)
         false_node = if_false if isinstance(if_false, UOp) else true_node.const_like(if_false)
         return UOp(Ops.WHERE, true_node.dtype, (self, true_node, false_node))
 
@@ -188,7 +206,14 @@ class UOp:
     def ne(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.CMPNE, x)
     def eq(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.CMPEQ, x)
     def maximum(self, x: UOp | ConstType) -> UOp: return self.alu(Ops.MAX, x)
-    def minimum(self, x: UOp | ConstType) -> UOp: return -((-self).alu(Ops.MAX, -self._operand(x)))
+    def minimum(self, x: UOp | ConstType) -> UOp:
+        """min as the max of order-reversed values: -v for floats, ~v (v XOR all-ones) for ints and bool, since -v
+        reverses nothing on unsigned ints and overflows at INT_MIN."""
+        other = self._operand(x)
+        if self.dtype.scalar().is_float:
+            return -((-self).alu(Ops.MAX, -other))
+        ones = self.const_like(-1)
+        return (self ^ ones).alu(Ops.MAX, other ^ ones) ^ ones
 
     __hash__ = object.__hash__
 
@@ -221,8 +246,6 @@ class UOp:
     @property
     def shape(self) -> tuple[int, ...] | None:
         """Tensor-stage shape (None for nodes without one, like SINK or kernel ops). Raises ShapeError."""
-        from plygrad.ir.shape import infer_shape
-
         return _fill_bottom_up(self, "_shape", infer_shape)
 
     @property
@@ -294,12 +317,14 @@ def _fill_bottom_up(root: UOp, attr: str, compute: Callable[[UOp], _T]) -> _T:
         if attr in fields:
             stack.pop()
             continue
-        pending = [s for s in node.src if attr not in s.__dict__]
-        if pending:
-            stack.extend(pending)
-            continue
-        stack.pop()
-        fields[attr] = compute(node)
+        ready = True
+        for s in node.src:  # a plain loop: building a list of pending sources per node cost a quarter of the time
+            if attr not in s.__dict__:
+                stack.append(s)
+                ready = False
+        if ready:
+            stack.pop()
+            fields[attr] = compute(node)
     return root.__dict__[attr]  # type: ignore[no-any-return]
 
 
@@ -321,69 +346,101 @@ def _dtype_bounds(dt: DType) -> tuple[ConstType, ConstType]:
     return found
 
 
-def _int_bounds(node: UOp) -> tuple[int, int] | None:
-    """Bounds of an integer-valued node from its sources' bounds, or None where the op gives no useful bound."""
-    op, src = node.op, node.src
+# Integer interval rules: op -> function of (node, *source bounds) giving the node's bounds before wraparound, or
+# None where the op gives no useful bound. Each rule is sound where the op is defined (division by zero and
+# out-of-range shifts are not values, see scalar.exec_alu).
+_IntBounds = tuple[int, int]
+
+
+def _corners(fn: Callable[[int, int], int], x: _IntBounds, y: _IntBounds) -> _IntBounds:
+    """Bounds of fn over a box where fn is monotone in each argument: its extremes are at the corners."""
+    values = [fn(a, b) for a in x for b in y]
+    return (min(values), max(values))
+
+
+def _idiv_bounds(node: UOp, x: _IntBounds, y: _IntBounds) -> _IntBounds | None:
+    if y[0] > 0 or y[1] < 0:  # trunc(x/y) is monotone in each argument when y keeps its sign
+        return _corners(_idiv, x, y)
+    if y[0] == y[1] == 0:  # always undefined
+        return None
+    return (min(x[0], -x[1]), max(x[1], -x[0]))  # where defined (y != 0): |x / y| <= |x|
+
+
+def _mod_bounds(node: UOp, x: _IntBounds, y: _IntBounds) -> _IntBounds | None:
+    if y[0] == y[1] == 0:
+        return None
+    m = max(abs(y[0]), abs(y[1])) - 1  # where defined (y != 0): |x % y| < |y| and |x % y| <= |x|, sign of x
+    return (0 if x[0] >= 0 else max(x[0], -m), 0 if x[1] <= 0 else min(x[1], m))
+
+
+def _shift_bounds(node: UOp, x: _IntBounds, s: _IntBounds) -> _IntBounds | None:
+    lo, hi = max(s[0], 0), min(s[1], node.dtype.scalar().bitsize - 1)  # other shift amounts are undefined
+    if lo > hi:
+        return None
+    # x << s and x >> s are monotone in x and in s (the direction in s follows x's sign)
+    return _corners(operator.lshift if node.op is Ops.SHL else operator.rshift, x, (lo, hi))
+
+
+def _bitwise_bounds(node: UOp, x: _IntBounds, y: _IntBounds) -> _IntBounds:
+    """Bounds of x AND/OR/XOR y on two's-complement integers of any width."""
+    op = node.op
+    if x[0] >= 0 and y[0] >= 0:
+        if op is Ops.AND:
+            return (0, min(x[1], y[1]))
+        top = (1 << max(x[1], y[1]).bit_length()) - 1
+        return (0 if op is Ops.XOR else max(x[0], y[0]), top)
+    if op is Ops.AND and (x[0] >= 0 or y[0] >= 0):  # masking with a non-negative value keeps it in [0, mask]
+        return (0, x[1] if x[0] >= 0 else y[1])
+    # both operands lie in [-2**k, 2**k - 1], and every bitwise op of two such values does too
+    k = max((v if v >= 0 else ~v).bit_length() for v in (*x, *y))
+    return (-(1 << k), (1 << k) - 1)
+
+
+def _mulacc_bounds(node: UOp, x: _IntBounds, y: _IntBounds, z: _IntBounds) -> _IntBounds:
+    product = _corners(operator.mul, x, y)
+    return (product[0] + z[0], product[1] + z[1])
+
+
+def _where_bounds(node: UOp, cond: _IntBounds, a: _IntBounds, b: _IntBounds) -> _IntBounds:
+    if cond[0] == cond[1]:
+        return a if cond[0] else b
+    return (min(a[0], b[0]), max(a[1], b[1]))
+
+
+_INT_RULES: Final[dict[Ops, Callable[..., _IntBounds | None]]] = {
+    Ops.ADD: lambda node, x, y: (x[0] + y[0], x[1] + y[1]),
+    Ops.SUB: lambda node, x, y: (x[0] - y[1], x[1] - y[0]),
+    Ops.NEG: lambda node, x: (-x[1], -x[0]),
+    Ops.MUL: lambda node, x, y: _corners(operator.mul, x, y),
+    Ops.MULACC: _mulacc_bounds,
+    Ops.MAX: lambda node, x, y: (max(x[0], y[0]), max(x[1], y[1])),
+    Ops.IDIV: _idiv_bounds,
+    Ops.MOD: _mod_bounds,
+    Ops.WHERE: _where_bounds,
+    Ops.AND: _bitwise_bounds, Ops.OR: _bitwise_bounds, Ops.XOR: _bitwise_bounds,
+    Ops.SHL: _shift_bounds, Ops.SHR: _shift_bounds,
+    Ops.CAST: lambda node, x: (int(x[0]), int(x[1])),  # wraparound into the new dtype is checked by _bounds
+    Ops.BIND: lambda node, var, value: var,
+    Ops.RANGE: lambda node, end: (0, max(0, end[1] - 1)),
+    Ops.SPECIAL: lambda node, end: (0, max(0, end[1] - 1)),
+}
+
+
+def _int_bounds(node: UOp) -> _IntBounds | None:
+    """Bounds of an integer-valued node from its sources' bounds, or None where nothing useful is known."""
+    op = node.op
     if op is Ops.CONST:
         return (int(node.arg), int(node.arg))
     if op is Ops.DEFINE_VAR:
         return (int(node.arg[1]), int(node.arg[2]))
-    bounds = [s.__dict__["_bounds"] for s in src]  # sources are always done first (_fill_bottom_up)
-    if op is Ops.BIND:
-        return (int(bounds[0][0]), int(bounds[0][1]))
-    if op in (Ops.RANGE, Ops.SPECIAL):
-        return (0, max(0, int(bounds[0][1]) - 1))
+    rule = _INT_RULES.get(op)
+    if rule is None:
+        return None
+    bounds = [s.__dict__["_bounds"] for s in node.src]  # sources are always done first (_fill_bottom_up)
     for lo, hi in bounds:
-        if type(lo) is float or type(hi) is float:
+        if type(lo) is float or type(hi) is float:  # a float source (a CAST from float, or a malformed graph)
             return None
-    lo_hi: list[tuple[int, int]] = bounds  # ints here (bools behave as ints)
-    if op is Ops.ADD:
-        return (lo_hi[0][0] + lo_hi[1][0], lo_hi[0][1] + lo_hi[1][1])
-    if op is Ops.SUB:
-        return (lo_hi[0][0] - lo_hi[1][1], lo_hi[0][1] - lo_hi[1][0])
-    if op is Ops.NEG:
-        return (-lo_hi[0][1], -lo_hi[0][0])
-    if op is Ops.MUL:
-        corners = [a * b for a in lo_hi[0] for b in lo_hi[1]]
-        return (min(corners), max(corners))
-    if op is Ops.MULACC:
-        corners = [a * b for a in lo_hi[0] for b in lo_hi[1]]
-        return (min(corners) + lo_hi[2][0], max(corners) + lo_hi[2][1])
-    if op is Ops.MAX:
-        return (max(lo_hi[0][0], lo_hi[1][0]), max(lo_hi[0][1], lo_hi[1][1]))
-    if op is Ops.IDIV:
-        (xlo, xhi), (ylo, yhi) = lo_hi
-        if ylo > 0 or yhi < 0:  # trunc(x/y) is monotone in each argument when y keeps its sign
-            corners = [_idiv(x, y) for x in (xlo, xhi) for y in (ylo, yhi)]
-            return (min(corners), max(corners))
-        return None
-    if op is Ops.MOD:
-        (xlo, xhi), (ylo, yhi) = lo_hi
-        if ylo > 0 or yhi < 0:
-            m = max(abs(ylo), abs(yhi)) - 1  # |x % y| < |y|, sign of x
-            if xlo >= 0:
-                return (0, min(xhi, m))
-            if xhi <= 0:
-                return (max(xlo, -m), 0)
-            return (max(xlo, -m), min(xhi, m))
-        return None
-    if op is Ops.WHERE:
-        cond = bounds[0]
-        if cond[0] == cond[1]:
-            return lo_hi[1] if cond[0] else lo_hi[2]
-        return (min(lo_hi[1][0], lo_hi[2][0]), max(lo_hi[1][1], lo_hi[2][1]))
-    if op is Ops.AND and lo_hi[0][0] >= 0 and lo_hi[1][0] >= 0:
-        return (0, min(lo_hi[0][1], lo_hi[1][1]))
-    if op in (Ops.OR, Ops.XOR) and lo_hi[0][0] >= 0 and lo_hi[1][0] >= 0:
-        top = (1 << max(lo_hi[0][1], lo_hi[1][1]).bit_length()) - 1
-        return (0 if op is Ops.XOR else max(lo_hi[0][0], lo_hi[1][0]), top)
-    if op is Ops.SHL and lo_hi[1][0] == lo_hi[1][1] and lo_hi[1][0] >= 0:
-        return (lo_hi[0][0] << lo_hi[1][0], lo_hi[0][1] << lo_hi[1][0])
-    if op is Ops.SHR and lo_hi[1][0] == lo_hi[1][1] and lo_hi[1][0] >= 0:
-        return (lo_hi[0][0] >> lo_hi[1][0], lo_hi[0][1] >> lo_hi[1][0])
-    if op is Ops.CAST and src[0].dtype.kind is not DTypeKind.FLOAT:
-        return lo_hi[0]
-    return None
+    return rule(node, *bounds)
 
 
 def _bool_bounds(node: UOp) -> tuple[bool, bool] | None:
@@ -422,15 +479,21 @@ def _bool_bounds(node: UOp) -> tuple[bool, bool] | None:
     return None
 
 
+_INT_KINDS: Final = frozenset({DTypeKind.SIGNED, DTypeKind.UNSIGNED, DTypeKind.INDEX})
+
+
 def _bounds(node: UOp) -> tuple[ConstType, ConstType]:
     dt = node.dtype.scalar()
-    if dt.kind is DTypeKind.BOOL:
+    kind = dt.kind
+    if kind is DTypeKind.BOOL:
         found_bool = _bool_bounds(node)
         return found_bool if found_bool is not None else (False, True)
-    if dt.is_int:
+    if kind in _INT_KINDS:
         found = _int_bounds(node)
         if found is None:
             return _dtype_bounds(dt)
+        if kind is DTypeKind.INDEX:  # the index type never wraps: interval arithmetic on it is exact
+            return found
         lo, hi = _dtype_bounds(dt)
         if found[0] < lo or found[1] > hi:  # the value may wrap around: nothing is known
             return (lo, hi)
