@@ -1,6 +1,22 @@
-"""plygrad.ir: the one IR every plygrad layer speaks (DESIGN.md §2-§3, docs/ir.md)."""
+"""plygrad.ir: the one IR every plygrad layer speaks (DESIGN.md §2-§3, docs/ir.md).
 
-from plygrad.ir.dtype import AddrSpace, ConstType, DType, DTypeKind, PtrDType, dtypes, least_upper_dtype, result_dtype
+dtypes and promotion, `Ops` and hash-consed `UOp`s, the rewrite engine (`UPat`, `PatternMatcher`,
+`graph_rewrite`), symbolic simplification, `Target`, per-stage verification, and binary/text serialization.
+"""
+
+from plygrad.ir.dtype import (
+    AddrSpace,
+    ConstType,
+    DType,
+    DTypeKind,
+    PtrDType,
+    dtype_text,
+    dtypes,
+    least_upper_dtype,
+    parse_dtype,
+    result_dtype,
+    sum_acc_dtype,
+)
 from plygrad.ir.errors import (
     DTypeError,
     IRDecodeError,
@@ -11,13 +27,20 @@ from plygrad.ir.errors import (
     RewriteLoopError,
     ShapeError,
 )
+from plygrad.ir.evaluate import EvaluationError, evaluate
 from plygrad.ir.ops import AxisType, GroupOp, Ops, OptOps
 from plygrad.ir.records import BufferRef, KernelInfo, Opt, ParamInfo, ProgramInfo
-from plygrad.ir.scalar import cast_value, exec_alu, truncate
-from plygrad.ir.shape import broadcast_shapes
+from plygrad.ir.rewrite import Order, PatternMatcher, graph_rewrite
+from plygrad.ir.scalar import bitcast_value, cast_value, exec_alu, truncate
+from plygrad.ir.serialize import deserialize, deserialize_target, serialize, serialize_target
+from plygrad.ir.shape import Shape, broadcast_shapes
 from plygrad.ir.stage import Stage
+from plygrad.ir.symbolic import simplify, symbolic
 from plygrad.ir.target import Target, TensorCore
+from plygrad.ir.text import from_text, to_text
 from plygrad.ir.uop import UOp
+from plygrad.ir.upat import UPat
+from plygrad.ir.verify import verify
 from plygrad.ir.version import FORMAT_VERSION, OPSET_VERSION
 
 __all__ = [
@@ -30,6 +53,7 @@ __all__ = [
     "DType",
     "DTypeError",
     "DTypeKind",
+    "EvaluationError",
     "GroupOp",
     "IRDecodeError",
     "IRError",
@@ -39,21 +63,40 @@ __all__ = [
     "Ops",
     "Opt",
     "OptOps",
+    "Order",
     "ParamInfo",
+    "PatternMatcher",
     "ProgramInfo",
     "PtrDType",
     "RewriteError",
     "RewriteLoopError",
+    "Shape",
     "ShapeError",
     "Stage",
     "Target",
     "TensorCore",
     "UOp",
+    "UPat",
+    "bitcast_value",
     "broadcast_shapes",
     "cast_value",
+    "deserialize",
+    "deserialize_target",
+    "dtype_text",
     "dtypes",
+    "evaluate",
     "exec_alu",
+    "from_text",
+    "graph_rewrite",
     "least_upper_dtype",
+    "parse_dtype",
     "result_dtype",
+    "serialize",
+    "serialize_target",
+    "simplify",
+    "sum_acc_dtype",
+    "symbolic",
+    "to_text",
     "truncate",
+    "verify",
 ]
