@@ -1,0 +1,156 @@
+"""Movement ops as index math: a view never copies, it changes how a kernel computes the address it reads.
+
+Each function maps the index expressions of a movement op's *output* (one `index` UOp per output axis) and the
+validity gate collected so far to the index expressions of its *source* and the new gate. Lowering walks a tensor
+graph from a kernel's output toward its buffers, so indices flow from consumer to producer, and by the time a
+BUFFER is reached the expressions are the flat address to load. PAD is the only op that makes some outputs
+invalid; its bounds become the gate of every load below it (a gated INDEX loads 0), and the value is masked again
+at the PAD (see lowering.py) because a padded region of a computed value must read 0 too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from plygrad.ir import Ops, Order, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, symbolic
+
+Indices = tuple[UOp, ...]
+Gate = UOp | None
+
+
+def _distribute(x: UOp, c1: UOp, c2: UOp) -> UOp:
+    scale: int = c2.arg
+    return x * scale + int(c1.arg) * scale
+
+
+def _fold_scale(x: UOp, c1: UOp, c2: UOp) -> UOp:
+    scale: int = c1.arg * c2.arg
+    return x * scale
+
+
+_IDX = dtypes.index
+# views stacked on views (FLIP of FLIP, SHRINK of PAD) give `c - (c - i)`-like chains; distributing constant factors
+# over sums lets symbolic's sum normalization cancel them, so index expressions stay short however deep the graph
+distribute: Final = PatternMatcher([
+    (UPat(Ops.MUL, _IDX, src=[UPat(Ops.ADD, _IDX, src=[UPat.var("x", _IDX), UPat.cvar("c1", _IDX)]),
+                              UPat.cvar("c2", _IDX)]), _distribute),
+    (UPat(Ops.MUL, _IDX, src=[UPat(Ops.MUL, _IDX, src=[UPat.var("x", _IDX), UPat.cvar("c1", _IDX)]),
+                              UPat.cvar("c2", _IDX)]), _fold_scale),
+], name="distribute")
+index_rules: Final = symbolic + distribute
+
+
+def simplify(expr: UOp) -> UOp:
+    """An index expression or gate simplified: plygrad.ir's symbolic rules plus `distribute`."""
+    return graph_rewrite(expr, index_rules, order=Order.BOTTOM_UP)
+
+
+def index_const(value: int) -> UOp:
+    return UOp.const(dtypes.index, value)
+
+
+def and_gate(gate: Gate, cond: UOp) -> Gate:
+    """`gate AND cond`, simplified; None stands for "always valid"."""
+    combined = simplify(cond if gate is None else gate & cond)
+    if combined.op is Ops.CONST and combined.arg is True:
+        return None
+    return combined
+
+
+def flat_index(idxs: Sequence[UOp], shape: Sequence[int]) -> UOp:
+    """The row-major (contiguous) address of `idxs` in a tensor of `shape`."""
+    total, stride = index_const(0), 1
+    for idx, size in reversed(list(zip(idxs, shape, strict=True))):
+        if size != 1:
+            total = total + idx * stride
+        stride *= size
+    return simplify(total)
+
+
+def unflatten(flat: UOp, shape: Sequence[int]) -> Indices:
+    """The per-axis indices of the row-major address `flat` in `shape` (idiv/mod, simplified)."""
+    out: list[UOp] = []
+    stride = math.prod(shape)
+    for axis, size in enumerate(shape):
+        stride = stride // size if size else 0
+        if size == 1:
+            out.append(index_const(0))
+        elif stride == 0:
+            out.append(flat)
+        elif axis == 0 or all(s == 1 for s in shape[:axis]):
+            # the outermost axis needs no wrap: a valid flat address is below prod(shape) (invalid ones are gated)
+            out.append(simplify(flat // stride))
+        else:
+            out.append(simplify((flat // stride) % size))
+    return tuple(out)
+
+
+def _reshape(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
+    out_shape: tuple[int, ...] = tuple(arg)
+    return unflatten(flat_index(idxs, out_shape), src_shape), gate
+
+
+def _permute(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
+    src: list[UOp] = [index_const(0)] * len(src_shape)
+    for out_axis, src_axis in enumerate(arg):
+        src[src_axis] = idxs[out_axis]
+    return tuple(src), gate
+
+
+def _expand(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
+    # a broadcast axis has stride 0: every output position reads element 0 of the size-1 source axis
+    return tuple(index_const(0) if s == 1 else i for i, s in zip(idxs, src_shape, strict=True)), gate
+
+
+def _pad(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
+    src: list[UOp] = []
+    for idx, (before, after), size in zip(idxs, arg, src_shape, strict=True):
+        if before > 0:
+            gate = and_gate(gate, index_const(before - 1) < idx)
+        if after > 0:
+            gate = and_gate(gate, idx < before + size)
+        src.append(simplify(idx - before) if before else idx)
+    return tuple(src), gate
+
+
+def _shrink(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
+    return tuple(simplify(i + start) if start else i for i, (start, _) in zip(idxs, arg, strict=True)), gate
+
+
+def _flip(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
+    return tuple(simplify(i * -1 + (s - 1)) if f else i
+                 for i, f, s in zip(idxs, arg, src_shape, strict=True)), gate
+
+
+MoveIndex = Callable[[Any, Sequence[int], Indices, Gate], tuple[Indices, Gate]]
+
+# movement op -> how its output indices become its source's indices (the whole of "views" in this scheduler)
+MOVE_INDEX: Final[dict[Ops, MoveIndex]] = {
+    Ops.RESHAPE: _reshape,
+    Ops.PERMUTE: _permute,
+    Ops.EXPAND: _expand,
+    Ops.PAD: _pad,
+    Ops.SHRINK: _shrink,
+    Ops.FLIP: _flip,
+}
+
+
+def move_index(node: UOp, idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
+    """The source indices and gate of movement op `node` read at output indices `idxs` under `gate`."""
+    src_shape = node.src[0].shape
+    assert src_shape is not None, f"{node.op!r} source has no shape"
+    return MOVE_INDEX[node.op](node.arg, src_shape, idxs, gate)
+
+
+def view_address(node: UOp, idxs: Indices) -> tuple[UOp, UOp, Gate]:
+    """Walk a chain of movement ops down to its BUFFER: (buffer, flat address, gate) of `node` at `idxs`.
+
+    Used for the target of an ASSIGN, which is written through its view rather than read.
+    """
+    gate: Gate = None
+    while node.op is not Ops.BUFFER:
+        idxs, gate = move_index(node, idxs, gate)
+        node = node.src[0]
+    return node, idxs[0], gate

@@ -1,0 +1,213 @@
+"""From a tensor SINK to a schedule: roots in a safe order, one CALL per kernel or copy, buffers declared.
+
+The steps, in order: the clean-up passes (passes.TENSOR_PASSES), choosing the roots (fusion.py), ordering them
+(sources first, and every raw read of a buffer before an ASSIGN that overwrites it), lowering each root's fused
+region into a kernel (lowering.py), grouping independent same-shaped elementwise outputs into one kernel with
+several STOREs, and sharing intermediate buffers (planning.py).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from plygrad.ir import BufferRef, Ops, Stage, UOp, dtypes, graph_rewrite, verify
+from plygrad.scheduler.errors import ScheduleError
+from plygrad.scheduler.fusion import contiguous_buffer, find_roots, strip_reshapes
+from plygrad.scheduler.lowering import KernelBuilder, kernel_name
+from plygrad.scheduler.passes import TENSOR_PASSES
+from plygrad.scheduler.planning import share_buffers
+
+DEFAULT_DEVICE = "CPU"  # the device of a tensor computed only from constants (no BUFFER to take it from)
+
+
+def _devices(order: tuple[UOp, ...]) -> dict[UOp, str]:
+    """Each node's device: a BUFFER's own, a COPY's target, else the device of its first source that has one.
+
+    Tensors computed from constants alone take the graph's first BUFFER's device (DEFAULT_DEVICE without one).
+    """
+    fallback = next((n.arg.device for n in order if n.op is Ops.BUFFER), DEFAULT_DEVICE)
+    devices: dict[UOp, str | None] = {}
+    for node in order:
+        if node.op is Ops.BUFFER:
+            devices[node] = node.arg.device
+        elif node.op is Ops.COPY:
+            devices[node] = node.arg
+        else:
+            devices[node] = next((d for d in (devices[s] for s in node.src) if d is not None), None)
+    return {node: fallback if d is None else d for node, d in devices.items()}
+
+
+def _region(root: UOp, roots: set[UOp]) -> tuple[set[UOp], set[UOp], bool]:
+    """The roots `root` reads, the raw BUFFERs it reads, and whether a REDUCE is fused into it."""
+    deps: set[UOp] = set()
+    raw: set[UOp] = set()
+    has_reduce = root.op is Ops.REDUCE
+    stack = list(root.src)
+    seen: set[UOp] = set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in roots:
+            deps.add(node)
+        elif node.op is Ops.BUFFER:
+            raw.add(node)
+        else:
+            has_reduce = has_reduce or node.op is Ops.REDUCE
+            stack.extend(node.src)
+    return deps, raw, has_reduce
+
+
+def _assign_target(assign: UOp) -> UOp:
+    node = assign.src[0]
+    while node.op is not Ops.BUFFER:
+        node = node.src[0]
+    return node
+
+
+def _order_roots(roots: list[UOp], regions: dict[UOp, tuple[set[UOp], set[UOp], bool]]) -> list[UOp]:
+    """Sources first; a root reading a buffer raw runs before an ASSIGN into that buffer it does not depend on."""
+    position = {r: i for i, r in enumerate(roots)}
+    after: dict[UOp, set[UOp]] = {r: set(regions[r][0]) for r in roots}  # root -> roots that must run first
+    assigns = [a for a in roots if a.op is Ops.ASSIGN]
+    if not assigns:
+        return roots  # already in topological order
+    closure: dict[UOp, set[UOp]] = {}
+    for r in roots:  # transitive dependencies, in topological order
+        closure[r] = set().union(*(closure[d] | {d} for d in after[r])) if after[r] else set()
+    for a in assigns:
+        target = _assign_target(a)
+        for r in roots:
+            if r is not a and target in regions[r][1] and a not in closure[r]:
+                after[a].add(r)
+    indegree = {r: len(after[r]) for r in roots}
+    users: dict[UOp, list[UOp]] = {r: [] for r in roots}
+    for r in roots:
+        for d in after[r]:
+            users[d].append(r)
+    ready = [(position[r], r.op, r) for r in roots if indegree[r] == 0]
+    heapq.heapify(ready)
+    ordered: list[UOp] = []
+    while ready:
+        _, _, r = heapq.heappop(ready)
+        ordered.append(r)
+        for u in users[r]:
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                heapq.heappush(ready, (position[u], u.op, u))
+    if len(ordered) != len(roots):
+        raise ScheduleError("the tensor graph reads a buffer both before and after an ASSIGN into it in one "
+                            "expression: realize (CONTIGUOUS) the old value before assigning")
+    return ordered
+
+
+class _Scheduler:
+    def __init__(self, sink: UOp, fuse: bool) -> None:
+        self.sink = sink
+        self.fuse = fuse
+        order = sink.toposort
+        self.devices = _devices(order)
+        self.binds = {b.src[0]: b for b in order if b.op is Ops.BIND}
+        self.realized: dict[UOp, UOp] = {}
+        self.calls: list[UOp] = []
+        self.next_id = -1
+
+    def new_buffer(self, node: UOp) -> UOp:
+        shape = node.shape
+        assert shape is not None
+        buf = UOp(Ops.BUFFER, node.dtype, (), BufferRef(self.next_id, self.devices[node], math.prod(shape)))
+        self.next_id -= 1
+        return buf
+
+    def kernel(self, roots: list[UOp], outs: list[UOp]) -> KernelBuilder:
+        builder = KernelBuilder(self.realized, outs, self.binds)
+        for root, out in zip(roots, outs, strict=True):
+            builder.add_root(root, out)
+        return builder
+
+    def emit_assign(self, assign: UOp) -> None:
+        target = _assign_target(assign)
+        builder = self.kernel([assign], [target])
+        if not _reads_in_place(builder.kernel(""), target_param=0) and assign.src[1] not in self.realized:
+            # the value reads the target at other addresses than it writes: compute it into a temporary first
+            self.emit([assign.src[1]])
+            builder = self.kernel([assign], [target])
+        self.calls.append(builder.call(kernel_name([assign], builder.has_reduce)))
+
+    def emit(self, roots: list[UOp]) -> None:
+        outs = [self.new_buffer(r) for r in roots]
+        builder = self.kernel(roots, outs)
+        self.calls.append(builder.call(kernel_name(roots, builder.has_reduce)))
+        self.realized.update(zip(roots, outs, strict=True))
+
+    def emit_copy(self, copy: UOp) -> None:
+        src = contiguous_buffer(copy.src[0]) or self.realized[strip_reshapes(copy.src[0])]
+        dst = self.new_buffer(copy)
+        self.calls.append(UOp(Ops.CALL, dtypes.void, (UOp(Ops.COPY, dtypes.void), dst, src), "copy"))
+        self.realized[copy] = dst
+
+    def run(self) -> UOp:
+        roots = find_roots(self.sink, self.fuse)
+        root_set = set(roots)
+        regions = {r: _region(r, root_set) for r in roots}
+        ordered = _order_roots(roots, regions)
+        groups = self.group_outputs(ordered, regions) if self.fuse else {}
+        pending: dict[int, list[UOp]] = {}
+        for root in ordered:
+            if root.op is Ops.COPY:
+                self.emit_copy(root)
+            elif root.op is Ops.ASSIGN:
+                self.emit_assign(root)
+            elif root in groups:
+                members = pending.setdefault(id(groups[root]), [])
+                members.append(root)
+                if len(members) == len(groups[root]):
+                    self.emit(members)
+            else:
+                self.emit([root])
+        outputs = tuple(self.output_id(s) for s in self.sink.src)
+        mapping = share_buffers(self.calls, set(outputs))
+        calls = [c.substitute(mapping) for c in self.calls] if mapping else self.calls
+        return UOp(Ops.LINEAR, dtypes.void, tuple(calls), outputs)
+
+    def group_outputs(self, ordered: list[UOp], regions: dict[UOp, tuple[set[UOp], set[UOp], bool]]
+                      ) -> dict[UOp, list[UOp]]:
+        """Outputs of the SINK that nothing else reads, computed elementwise over one shape on one device, share a
+        kernel (one loop nest, several STOREs): inputs they have in common are read in the same loop. Only in
+        graphs without ASSIGN, so that moving a root later never moves it past a write it must precede."""
+        if any(r.op is Ops.ASSIGN for r in ordered):
+            return {}
+        read_by_roots = set().union(*(regions[r][0] for r in ordered))
+        outputs = {strip_reshapes(s) for s in self.sink.src}
+        by_kind: dict[tuple[tuple[int, ...] | None, str], list[UOp]] = {}
+        for r in ordered:
+            if (r in outputs and r not in read_by_roots and r.op is not Ops.COPY and not regions[r][2]):
+                by_kind.setdefault((r.shape, self.devices[r]), []).append(r)
+        return {r: members for members in by_kind.values() if len(members) > 1 for r in members}
+
+    def output_id(self, out: UOp) -> int:
+        base = strip_reshapes(out)
+        if base.op is Ops.ASSIGN:
+            return int(_assign_target(base).arg.id)
+        buf = contiguous_buffer(out)
+        return int((buf if buf is not None else self.realized[base]).arg.id)
+
+
+def _reads_in_place(kernel: UOp, target_param: int) -> bool:
+    """Does every load of PARAM `target_param` read exactly the address the kernel stores to (or none)?"""
+    stores = {n.src[0] for n in kernel.toposort if n.op is Ops.STORE and n.src[0].src[0].arg == target_param}
+    loads = {n.src[0] for n in kernel.toposort if n.op is Ops.LOAD and n.src[0].src[0].arg == target_param}
+    return not loads or loads <= stores
+
+
+def schedule_uop(sink: UOp, fuse: bool = True) -> UOp:
+    """Schedule a tensor SINK into a LINEAR of CALLs (fuse=False: one kernel per op, the `unfused` scheduler)."""
+    if sink.op is not Ops.SINK:
+        raise ScheduleError(f"a scheduler takes a tensor SINK, got a {sink.op.name}: wrap the tensors in a SINK")
+    for tensor_pass in TENSOR_PASSES:
+        sink = graph_rewrite(sink, tensor_pass)
+    linear = _Scheduler(sink, fuse).run()
+    verify(linear, Stage.SCHEDULE)
+    return linear
