@@ -1,0 +1,183 @@
+"""Turning the optimized kernel into loops: unrolled UPCAST stores, and REDUCEs lowered to accumulators.
+
+Three rule tables, run in this order by lower.py:
+- `unshare_ranges` (before the optimization stage): a REDUCE over a RANGE another REDUCE already loops over gets
+  a fresh copy of it, so each reduce loop belongs to one reduction;
+- `expand_upcast`: a store that depends on UPCAST ranges becomes one store per combination of their values (the
+  range replaced by a constant), so an UPCAST axis is unrolled scalar code; reductions inside are copied too,
+  which gives each copy its own accumulator in the shared reduce loop.
+- `lower_reduce`: `REDUCE(value, *ranges)` becomes an accumulator in a register slot (DEFINE_REG): initialised to
+  the op's identity where the reduce lives, updated inside its loops, read after them. UNROLL ranges are not
+  loops: each step of the remaining loops applies the update once per unrolled value, in the same order the
+  plain loop would, so unrolling one reduce axis (however often it is split) never changes a floating-point
+  result. Unrolling two different reduce axes reorders the accumulation as any loop interchange does.
+
+The ordering the linearizer needs is carried by extra sources (the GRAPH stage allows them): the init STORE lists
+the ranges open around the reduce, the in-loop LOAD lists the init STORE and the reduce loops, and the final LOAD
+reads through an END closing those loops.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.scope import loop_scopes
+from plygrad.ir import (
+    AddrSpace,
+    AxisType,
+    DType,
+    DTypeKind,
+    Ops,
+    PatternMatcher,
+    UOp,
+    UPat,
+    dtypes,
+    graph_rewrite,
+)
+
+
+def _axis_ranges(root: UOp, axis_type: AxisType) -> list[UOp]:
+    found = {n for n in root.toposort if n.op is Ops.RANGE and n.arg[1] is axis_type}
+    return sorted(found, key=lambda r: int(r.arg[0]))
+
+
+def _combinations(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
+    """Every assignment of constants to `ranges` (row-major: the last range varies fastest)."""
+    sizes = [range(int(r.src[0].arg)) for r in ranges]
+    return [{r: UOp.const(dtypes.index, v) for r, v in zip(ranges, values, strict=True)}
+            for values in itertools.product(*sizes)]
+
+
+def expand_sink(sink: UOp) -> UOp | None:
+    new_src: list[UOp] = []
+    changed = False
+    for out in sink.src:
+        upcast = _axis_ranges(out, AxisType.UPCAST)
+        if not upcast:
+            new_src.append(out)
+            continue
+        changed = True
+        body = out.src[0] if out.op is Ops.END else out
+        kept = tuple(r for r in out.src[1:] if r not in upcast) if out.op is Ops.END else ()
+        for mapping in _combinations(upcast):
+            copy = body.substitute(mapping)
+            new_src.append(UOp(Ops.END, dtypes.void, (copy, *kept)) if kept else copy)
+    return sink.replace(src=tuple(new_src)) if changed else None
+
+
+expand_upcast: Final = PatternMatcher([(UPat(Ops.SINK, name="sink"), expand_sink)], name="expand_upcast")
+
+
+def reduce_identity(op: Ops, dtype: DType) -> UOp:
+    """The value a reduction starts from: 0 for ADD, 1 for MUL, the smallest value for MAX."""
+    if op is Ops.ADD:
+        return UOp.const(dtype, False if dtype is dtypes.bool else 0)
+    if op is Ops.MUL:
+        return UOp.const(dtype, True if dtype is dtypes.bool else 1)
+    if op is Ops.MAX:
+        if dtype.kind is DTypeKind.FLOAT:
+            return UOp.const(dtype, -math.inf)
+        return UOp.const(dtype, dtype.min)
+    raise CodegenError(f"REDUCE with op {op!r} has no identity; a kernel REDUCE is ADD, MUL or MAX")
+
+
+@dataclass
+class RegSlots:
+    """Hands out accumulator slots, one per lowered REDUCE."""
+
+    used: int = 0
+
+    def take(self) -> int:
+        self.used += 1
+        return self.used - 1
+
+
+def lower_one_reduce(ctx: RegSlots, red: UOp) -> UOp:
+    op: Ops = red.arg
+    value, ranges = red.src[0], red.src[1:]
+    # splitting an axis again makes the new inner part the more significant one (r = (o*k2 + u2)*k1 + u1), so
+    # the highest axis id varies slowest: the updates then run in the plain loop's order
+    unrolled = sorted((r for r in ranges if r.arg[1] is AxisType.UNROLL), key=lambda r: -int(r.arg[0]))
+    loops = tuple(r for r in ranges if r.arg[1] is not AxisType.UNROLL)
+    values = [value]
+    if unrolled:
+        # reductions nested in `value` are already accumulators: each unrolled copy needs its own registers
+        regs = sorted((n for n in value.toposort if n.op is Ops.DEFINE_REG), key=lambda n: int(n.arg))
+        values = []
+        for k, mapping in enumerate(_combinations(unrolled)):
+            if k > 0:
+                mapping.update({reg: UOp(Ops.DEFINE_REG, reg.dtype, (), ctx.take()) for reg in regs})
+            values.append(value.substitute(mapping))
+    identity = reduce_identity(op, red.dtype)
+    if not loops:  # fully unrolled: a chain from the identity, exactly what the loop would compute
+        result = identity
+        for v in values:
+            result = result.alu(op, v)
+        return result
+    outer = loop_scopes(red)[red]
+    reg = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), ctx.take())
+    slot = UOp(Ops.INDEX, reg.dtype, (reg, UOp.const(dtypes.index, 0)))
+    init = UOp(Ops.STORE, dtypes.void, (slot, identity, *sorted(outer, key=lambda r: int(r.arg[0]))))
+    acc = UOp(Ops.LOAD, red.dtype, (slot, init, *loops))
+    for v in values:
+        acc = acc.alu(op, v)
+    update = UOp(Ops.STORE, dtypes.void, (slot, acc))
+    return UOp(Ops.LOAD, red.dtype, (slot, UOp(Ops.END, dtypes.void, (update, *loops))))
+
+
+lower_reduce: Final = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_one_reduce)], name="lower_reduce")
+
+
+@dataclass
+class RangeOwners:
+    """Which REDUCE first claimed each reduce RANGE, and the next free axis id for fresh copies."""
+
+    next_axis: int
+    owner: dict[UOp, UOp]
+
+
+def unshare_one_reduce(ctx: RangeOwners, red: UOp) -> UOp | None:
+    """A REDUCE over a RANGE another REDUCE already loops over gets a fresh copy of that range: one loop cannot
+    both finish a reduction and compute what a second reduction over it needs (mean, then variance)."""
+    taken = [r for r in red.src[1:] if ctx.owner.get(r, red) is not red]
+    if not taken:
+        for r in red.src[1:]:
+            ctx.owner.setdefault(r, red)
+        return None
+    fresh: dict[UOp, UOp] = {}
+    for r in taken:
+        fresh[r] = UOp.range(r.src[0], ctx.next_axis, r.arg[1])
+        ctx.next_axis += 1
+    value = _substitute_outside_reduces(red.src[0], fresh)
+    new = UOp(Ops.REDUCE, red.dtype, (value, *(fresh.get(r, r) for r in red.src[1:])), red.arg)
+    for r in new.src[1:]:
+        ctx.owner[r] = new
+    return new
+
+
+unshare_ranges: Final = PatternMatcher([(UPat(Ops.REDUCE, name="red"), unshare_one_reduce)], name="unshare_ranges")
+
+
+def unshare_reduce_ranges(kernel: UOp) -> UOp:
+    """`kernel` with every reduce RANGE owned by one REDUCE (a no-op on kernels that already are)."""
+    axes = [int(n.arg[0]) for n in kernel.toposort if n.op is Ops.RANGE]
+    return graph_rewrite(kernel, unshare_ranges, ctx=RangeOwners(max(axes, default=-1) + 1, {}))
+
+
+def _substitute_outside_reduces(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """`root` with the ranges of `mapping` replaced, except inside REDUCEs that loop over them (those ranges are
+    the inner reduction's own, whatever they are called)."""
+    new: dict[UOp, UOp] = {}
+    for node in root.toposort:
+        if node in mapping:
+            new[node] = mapping[node]
+        elif node.op is Ops.REDUCE and any(r in mapping for r in node.src[1:]):
+            new[node] = node
+        else:
+            srcs = tuple(new.get(s, s) for s in node.src)
+            new[node] = node if srcs == node.src else node.replace(src=srcs)
+    return new[root]

@@ -1,0 +1,33 @@
+"""Gates the symbolic rules decided: an INDEX gate known true is dropped, a LOAD through a gate known false is 0.
+
+Padding shows up in kernels as gated INDEXes; after simplification (and after UPCAST substitutes constants) many
+gates fold to a constant, and the renderer should not test a constant condition for every element.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from plygrad.ir import DTypeKind, Ops, PatternMatcher, UOp, UPat, dtypes, symbolic
+
+
+def drop_true_gate(idx: UOp) -> UOp | None:
+    return idx.replace(src=idx.src[:2]) if idx.src[2].arg is True else None
+
+
+def load_false_gate(ld: UOp, idx: UOp) -> UOp | None:
+    if idx.src[2].arg is not False or len(ld.src) != 1:
+        return None
+    dtype = ld.dtype
+    zero: bool | int | float = False if dtype is dtypes.bool else 0.0 if dtype.kind is DTypeKind.FLOAT else 0
+    return UOp.const(dtype, zero)
+
+
+_gated = UPat(Ops.INDEX, src=(UPat(), UPat(), UPat(Ops.CONST)), name="idx")
+
+gate_folding: Final = PatternMatcher([
+    (_gated, drop_true_gate),
+    (UPat(Ops.LOAD, src=(_gated,), name="ld", allow_any_len=True), load_false_gate),
+], name="gate_folding")
+
+simplify_rules: Final = symbolic + gate_folding

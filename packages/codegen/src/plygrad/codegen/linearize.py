@@ -1,0 +1,209 @@
+"""Linearization: the lowered graph as a flat, ordered list of UOps with explicit loop structure.
+
+Each value is placed in the innermost loop it needs (its loop scope, closed under "a reduce loop sits inside the
+loops open around its reduce"), which hoists loop-invariant code out of inner loops for free. The loops form a
+tree; inside one loop body the statements and the nested loops are ordered topologically (ties keep the graph's
+own order). The result uses:
+
+- `RANGE` to open a loop and `END(RANGE)` to close it;
+- `IF(gate)`, the store, `ENDIF(IF)` for a gated STORE (the store's INDEX loses its gate);
+- every other statement (ALU, CAST, BITCAST, LOAD, STORE) as itself.
+
+Nodes rendered inline where they are used (constants, parameters, variables, INDEX, RANGE, DEFINE_REG, END
+markers) are not statements. The loop tree is walked with an explicit stack.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.scope import loop_scopes
+from plygrad.ir import AddrSpace, AxisType, Ops, PtrDType, UOp, dtypes
+
+INLINE_OPS: Final = frozenset({Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.INDEX, Ops.RANGE, Ops.DEFINE_REG,
+                               Ops.END, Ops.SINK})
+_TYPE_RANK: Final = {AxisType.THREAD: 0, AxisType.GLOBAL: 1, AxisType.LOCAL: 2, AxisType.LOOP: 3}
+
+Path = tuple[UOp, ...]
+
+
+def _range_depths(root: UOp, scopes: dict[UOp, frozenset[UOp]]) -> dict[UOp, int]:
+    """How deep each range nests: 0 for an output loop, 1 + the deepest loop open around the reduce it closes.
+
+    An END closing ranges sits inside the ranges still open at it. Later ENDs enclose earlier ones, so walking
+    the graph backwards sees outer loops first.
+    """
+    depth: dict[UOp, int] = {}
+    for node in reversed(root.toposort):
+        if node.op is Ops.END:
+            level = 1 + max((depth.get(r, 0) for r in scopes[node]), default=-1)
+            for r in node.src[1:]:
+                depth[r] = max(depth.get(r, 0), level)
+    return depth
+
+
+def _enclosing(root: UOp, scopes: dict[UOp, frozenset[UOp]],
+               key: Callable[[UOp], tuple[int, int, int]]) -> dict[UOp, set[UOp]]:
+    """For each range, the ranges whose loops must be open around it.
+
+    A loop nest is a chain: the ranges a global STORE depends on nest in key order, and the ranges an END closes
+    nest in key order inside the ranges open at the END. A value that needs only an inner range must therefore be
+    computed inside all of the ranges around it.
+    """
+    outer: dict[UOp, set[UOp]] = {}
+    for node in root.toposort:
+        if node.op is Ops.END:
+            around, chain = set(scopes[node]), [r for r in node.src[1:] if r.op is Ops.RANGE]
+        elif node.op is Ops.STORE and _is_global(node.src[0].dtype):
+            around, chain = set(), list(scopes[node])
+        else:
+            continue
+        for r in sorted(chain, key=key):
+            outer.setdefault(r, set()).update(around)
+            around.add(r)
+    return outer
+
+
+def _deps(node: UOp) -> Iterable[UOp]:
+    """The statements `node` reads, looking through inline nodes."""
+    stack = list(node.src)
+    seen: set[UOp] = set()
+    while stack:
+        s = stack.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        if s.op in INLINE_OPS:
+            stack.extend(s.src)
+        else:
+            yield s
+
+
+def _order_block(path: Path, items: dict[object, list[UOp]], where: dict[UOp, Path],
+                 order: dict[UOp, int]) -> list[object]:
+    """Topological order of one loop body's items: its statements (keyed by the node) and child loops (keyed by
+    their path). Kahn's algorithm, earliest graph position first."""
+    depth = len(path)
+
+    def item_of(n: UOp) -> object | None:
+        p = where.get(n)
+        if p is None or p[:depth] != path:
+            return None  # an enclosing loop's statement: already emitted
+        return n if len(p) == depth else p[:depth + 1]
+
+    keys = list(items)
+    deps: dict[object, set[object]] = {k: set() for k in keys}
+    users: dict[object, list[object]] = {k: [] for k in keys}
+    for key in keys:
+        for n in items[key]:
+            for d in _deps(n):
+                target = item_of(d)
+                if target is not None and target != key and target not in deps[key]:
+                    deps[key].add(target)
+                    users[target].append(key)
+    priority = {k: min(order[n] for n in items[k]) for k in keys}
+    ready = [(priority[k], i, k) for i, k in enumerate(keys) if not deps[k]]
+    index = {k: i for i, k in enumerate(keys)}
+    heapq.heapify(ready)
+    result: list[object] = []
+    while ready:
+        _, _, key = heapq.heappop(ready)
+        result.append(key)
+        for user in users[key]:
+            deps[user].discard(key)
+            if not deps[user]:
+                heapq.heappush(ready, (priority[user], index[user], user))
+    if len(result) != len(keys):
+        raise CodegenError("linearize: the loops of this kernel depend on each other in a cycle (a REDUCE whose "
+                           "loop also computes a value it needs); give each REDUCE its own RANGE")
+    return result
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """The statements of the lowered kernel `sink` in execution order (see the module docstring)."""
+    scopes = loop_scopes(sink)
+    depth = _range_depths(sink, scopes)
+
+    def range_key(r: UOp) -> tuple[int, int, int]:
+        return (depth.get(r, 0), _TYPE_RANK.get(r.arg[1], 4), int(r.arg[0]))
+
+    outer = _enclosing(sink, scopes, range_key)
+
+    def closure(scope: frozenset[UOp]) -> Path:
+        full = set(scope)
+        stack = list(scope)
+        while stack:
+            for o in outer.get(stack.pop(), ()):
+                if o not in full:
+                    full.add(o)
+                    stack.append(o)
+        return tuple(sorted(full, key=range_key))
+
+    order = {n: i for i, n in enumerate(sink.toposort)}
+    where: dict[UOp, Path] = {}
+    blocks: dict[Path, list[UOp]] = {(): []}
+    children: dict[Path, set[Path]] = {(): set()}
+    for node in sink.toposort:
+        if node.op in INLINE_OPS:
+            continue
+        path = closure(scopes[node])
+        where[node] = path
+        blocks.setdefault(path, []).append(node)
+        for i in range(len(path)):  # make every enclosing loop exist
+            parent, child = path[:i], path[:i + 1]
+            blocks.setdefault(child, [])
+            children.setdefault(parent, set()).add(child)
+            children.setdefault(child, set())
+
+    def subtree_nodes(path: Path) -> list[UOp]:
+        found: list[UOp] = []
+        stack = [path]
+        while stack:
+            p = stack.pop()
+            found.extend(blocks[p])
+            stack.extend(children[p])
+        return found
+
+    out: list[UOp] = []
+    # explicit stack of (path, remaining ordered items); a child loop pushes a frame, its END is emitted on pop
+    stack: list[tuple[Path, list[object]]] = []
+
+    def open_block(path: Path) -> None:
+        items: dict[object, list[UOp]] = {n: [n] for n in blocks[path]}
+        for child in sorted(children[path], key=lambda p: range_key(p[-1])):
+            items[child] = [child[-1], *subtree_nodes(child)]
+        stack.append((path, list(reversed(_order_block(path, items, where, order)))))
+
+    open_block(())
+    while stack:
+        path, pending = stack[-1]
+        if not pending:
+            stack.pop()
+            if path:
+                out.append(UOp(Ops.END, dtypes.void, (path[-1],)))
+            continue
+        item = pending.pop()
+        if isinstance(item, tuple):
+            out.append(item[-1])
+            open_block(item)
+        else:
+            assert isinstance(item, UOp)
+            out.extend(_statement(item))
+    return out
+
+
+def _statement(node: UOp) -> list[UOp]:
+    """A gated STORE becomes IF / STORE / ENDIF; every other statement is itself."""
+    if node.op is Ops.STORE and node.src[0].op is Ops.INDEX and len(node.src[0].src) == 3:
+        index = node.src[0]
+        cond = UOp(Ops.IF, dtypes.void, (index.src[2],))
+        store = node.replace(src=(index.replace(src=index.src[:2]), *node.src[1:]))
+        return [cond, store, UOp(Ops.ENDIF, dtypes.void, (cond,))]
+    return [node]
+
+
+def _is_global(dtype: object) -> bool:
+    return isinstance(dtype, PtrDType) and dtype.addrspace is AddrSpace.GLOBAL

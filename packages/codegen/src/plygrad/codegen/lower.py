@@ -1,0 +1,199 @@
+"""Lowering a kernel AST to a PROGRAM: the passes, in the one order they run.
+
+`PASSES` below is the whole pipeline; each entry is a named step over a `Lowering` state:
+
+1. `verify`: the input is a KERNEL-stage graph (checked when it is decoded from bytes or, in process, here);
+2. `simplify`: plygrad.ir's symbolic rules on the index math, and gates they decide (gates.py);
+   `unshare_ranges`: a REDUCE over a RANGE that another REDUCE also uses gets its own copy (expand.py);
+3. `optimize`: the explicit optimization stage (opts.py): the given `Opt`s, or the heuristic's (heuristic.py);
+4. `expand_upcast`: UPCAST ranges become unrolled stores (expand.py);
+5. `lower_reduce`: REDUCEs become accumulators updated in their loops, UNROLL ranges unrolled updates;
+6. `simplify_lowered`: the symbolic rules again over the constants the expansion substituted;
+7. `linearize`: the flat statement list with loops (linearize.py);
+8. `render`: the target's renderer (renderer/), and ProgramInfo with op and memory estimates.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.expand import RegSlots, expand_upcast, lower_reduce, unshare_reduce_ranges
+from plygrad.codegen.gates import simplify_rules
+from plygrad.codegen.heuristic import choose_opts
+from plygrad.codegen.linearize import linearize
+from plygrad.codegen.opts import apply_opts, kernel_name
+from plygrad.codegen.renderer import KernelSource, get_renderer
+from plygrad.codegen.scope import range_size
+from plygrad.ir import (
+    AxisType,
+    IRError,
+    KernelInfo,
+    Ops,
+    Opt,
+    ParamInfo,
+    ProgramInfo,
+    PtrDType,
+    Stage,
+    Target,
+    UOp,
+    deserialize,
+    dtypes,
+    graph_rewrite,
+    serialize,
+    verify,
+)
+
+
+@dataclass
+class Lowering:
+    """What the passes share: the kernel as it is rewritten, the target, and what each pass produces."""
+
+    kernel: UOp
+    target: Target
+    opts: tuple[Opt, ...] | None
+    applied: tuple[Opt, ...] = ()
+    name: str = ""
+    linear: list[UOp] = field(default_factory=list)
+    program: UOp | None = None
+
+
+def _verify(state: Lowering) -> Lowering:
+    try:
+        verify(state.kernel, Stage.KERNEL)
+    except IRError as e:
+        raise CodegenError(f"codegen needs a KERNEL-stage SINK: {e}") from e
+    supported = set(state.target.supported_dtypes) | {dtypes.index, dtypes.void}
+    for node in state.kernel.toposort:
+        base = node.dtype.base if isinstance(node.dtype, PtrDType) else node.dtype
+        if base not in supported:
+            raise CodegenError(f"kernel {kernel_name(state.kernel)!r}: {node.op.name} has dtype {base!r}, which "
+                               f"target {state.target.device}/{state.target.renderer} does not support "
+                               "(Target.supported_dtypes); cast it in the frontend or pick another device")
+    return replace(state, name=program_name(state.kernel))  # named by the kernel's shape before optimization
+
+
+def _simplify(state: Lowering) -> Lowering:
+    return replace(state, kernel=graph_rewrite(state.kernel, simplify_rules))
+
+
+def _unshare_ranges(state: Lowering) -> Lowering:
+    return replace(state, kernel=unshare_reduce_ranges(state.kernel))
+
+
+def _optimize(state: Lowering) -> Lowering:
+    already = state.kernel.arg.opts if isinstance(state.kernel.arg, KernelInfo) else ()
+    opts = tuple(state.opts) if state.opts is not None else tuple(choose_opts(state.kernel, state.target))
+    kernel = apply_opts(state.kernel, opts, state.target)
+    return replace(state, kernel=kernel, applied=(*already, *opts))
+
+
+def _expand_upcast(state: Lowering) -> Lowering:
+    return replace(state, kernel=graph_rewrite(state.kernel, expand_upcast))
+
+
+def _lower_reduce(state: Lowering) -> Lowering:
+    return replace(state, kernel=graph_rewrite(state.kernel, lower_reduce, ctx=RegSlots()))
+
+
+def _linearize(state: Lowering) -> Lowering:
+    return replace(state, linear=linearize(state.kernel))
+
+
+def _render(state: Lowering) -> Lowering:
+    kernel = state.kernel
+    params = _params(kernel)
+    variables = tuple(sorted({n for n in kernel.toposort if n.op is Ops.DEFINE_VAR}, key=lambda v: str(v.arg[0])))
+    source = KernelSource(state.name, tuple(state.linear), params, variables)
+    renderer = get_renderer(state.target.renderer)(state.target)
+    text = renderer.render(source)
+    global_size, local_size = renderer.launch_dims(source)
+    ops, mem = estimate(state.linear)
+    info = ProgramInfo(source.name, global_size, local_size, params, ops=ops, mem=mem, opts=state.applied)
+    program = UOp(Ops.PROGRAM, dtypes.void, (UOp(Ops.SOURCE, dtypes.void, (), text), *variables), info)
+    return replace(state, program=program)
+
+
+PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
+    ("verify", _verify),
+    ("simplify", _simplify),
+    ("unshare_ranges", _unshare_ranges),
+    ("optimize", _optimize),
+    ("expand_upcast", _expand_upcast),
+    ("lower_reduce", _lower_reduce),
+    ("simplify_lowered", _simplify),
+    ("linearize", _linearize),
+    ("render", _render),
+]
+
+
+def lower_uop(kernel: UOp, target: Target, opts: Sequence[Opt] | None = None) -> UOp:
+    """The PROGRAM for a KERNEL-stage SINK on `target`; `opts` replaces the heuristic's choice when given."""
+    state = Lowering(kernel, target, None if opts is None else tuple(opts))
+    for _, run in PASSES:
+        state = run(state)
+    assert state.program is not None
+    return state.program
+
+
+def lower(kernel: bytes, target: bytes) -> bytes:
+    """The `plygrad.codegen` entry point: KERNEL-stage bytes and `Target.to_bytes()` in, PROGRAM bytes out."""
+    try:
+        graph = deserialize(kernel, Stage.KERNEL)
+        tgt = Target.from_bytes(target)
+    except IRError as e:
+        raise CodegenError(f"codegen.lower needs KERNEL-stage graph bytes and Target bytes: {e}") from e
+    return serialize(lower_uop(graph, tgt), Stage.PROGRAM)
+
+
+# ---- ProgramInfo -------------------------------------------------------------------------------------------------
+def _params(kernel: UOp) -> tuple[ParamInfo, ...]:
+    found = {int(n.arg): n for n in kernel.toposort if n.op is Ops.PARAM}
+    stored = {int(n.src[0].src[0].arg) for n in kernel.toposort
+              if n.op is Ops.STORE and n.src[0].src[0].op is Ops.PARAM}
+    if sorted(found) != list(range(len(found))):
+        raise CodegenError(f"kernel {kernel_name(kernel)!r}: PARAM indices {sorted(found)} must be 0..n-1 "
+                           "(outputs first, then inputs)")
+    params = []
+    for index in range(len(found)):
+        ptr = found[index].dtype
+        assert isinstance(ptr, PtrDType)
+        params.append(ParamInfo(index, ptr.base, max(ptr.size, 0), index in stored))
+    return tuple(params)
+
+
+def program_name(kernel: UOp) -> str:
+    """KernelInfo.name when it is a C identifier, else tinygrad-style `E_4_8` / `r_4_8_16` from the loop sizes."""
+    if isinstance(kernel.arg, KernelInfo) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", kernel.arg.name):
+        return kernel.arg.name
+    ranges = sorted({n for n in kernel.toposort if n.op is Ops.RANGE}, key=lambda r: int(r.arg[0]))
+    reduce = any(r.arg[1] in (AxisType.REDUCE, AxisType.UNROLL, AxisType.GROUP_REDUCE) for r in ranges)
+    sizes = [str(r.src[0].arg) if r.src[0].op is Ops.CONST else "n" for r in ranges]
+    return "_".join(["r" if reduce else "E", *sizes]) if sizes else "E"
+
+
+def estimate(linear: list[UOp]) -> tuple[int, int]:
+    """(ALU operations, bytes of global memory moved) by one launch: each statement times its loops' trips.
+
+    Address arithmetic (index dtype) is not counted: it is the loop's bookkeeping, not the kernel's work."""
+    ops = mem = 0
+    trips = [1]
+    for node in linear:
+        if node.op is Ops.RANGE:
+            trips.append(trips[-1] * range_size(node))
+        elif node.op is Ops.END:
+            trips.pop()
+        elif node.op in (Ops.LOAD, Ops.STORE):
+            ptr = node.src[0].dtype
+            if isinstance(ptr, PtrDType) and node.src[0].src[0].op is Ops.PARAM:
+                mem += ptr.base.itemsize * trips[-1]
+        elif node.op not in (Ops.IF, Ops.ENDIF, Ops.CAST, Ops.BITCAST) and not _index_math(node):
+            ops += trips[-1]
+    return ops, mem
+
+
+def _index_math(node: UOp) -> bool:
+    return node.dtype is dtypes.index or any(s.dtype is dtypes.index for s in node.src)

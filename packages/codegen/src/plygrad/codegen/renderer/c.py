@@ -1,0 +1,317 @@
+"""The C renderer: one self-contained C11 function per kernel (the C program contract in docs/codegen.md).
+
+`void NAME(T0* restrict data0, const T1* restrict data1, ..., long long VAR0, ...)` runs every loop itself;
+a THREAD range gets `#pragma omp parallel for`. ALU ops follow docs/ir.md §5 exactly: fixed-width integers wrap
+(signed arithmetic goes through the unsigned type of the same width, since signed overflow is undefined in C),
+IDIV/MOD are C's `/` and `%`, MAX propagates NaN, float16/bfloat16 compute in float and round after every op.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final
+
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.renderer.base import KernelSource, Renderer
+from plygrad.codegen.renderer.c_types import HELPERS, PREAMBLE, c_local, c_storage, literal, round_to
+from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, UOp, dtypes
+
+_MATH: Final[dict[Ops, str]] = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin",
+                                Ops.TRUNC: "trunc", Ops.POW: "pow"}
+_INFIX: Final[dict[Ops, str]] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/",
+                                 Ops.MOD: "%", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<",
+                                 Ops.SHR: ">>", Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}
+_WRAPPING: Final = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.SHL})  # may overflow: computed unsigned
+_TAKEN: Final = re.compile(r"(data|ridx|v|acc)[0-9]+|plygrad_.*|__.*")
+# C keywords and the names the source itself uses: a variable named like one would not compile
+_C_RESERVED: Final = frozenset({
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
+    "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return", "short", "signed",
+    "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "_Bool",
+    "_Complex", "_Imaginary", "_Alignas", "_Alignof", "_Atomic", "_Generic", "_Noreturn", "_Static_assert",
+    "_Thread_local", "_Float16", "bool", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
+    "uint32_t", "uint64_t", "NAN", "INFINITY", "signbit", "main", "exp2", "exp2f", "log2", "log2f", "sin", "sinf",
+    "sqrt", "sqrtf", "trunc", "truncf", "pow", "powf", "fma",
+})
+_REJECTED_AXES: Final = {AxisType.LOCAL: "LOCAL", AxisType.GROUP_REDUCE: "GROUP_REDUCE"}
+
+
+def _wide_unsigned(dtype: DType) -> str:
+    return "uint64_t" if dtype.itemsize == 8 else "uint32_t"
+
+
+class CRenderer(Renderer):
+    """Renders a linearized kernel as one C function; see the module docstring."""
+
+    name = "c"
+
+    def render(self, kernel: KernelSource) -> str:
+        return _CFunction(kernel).source()
+
+
+class _CFunction:
+    """The state of rendering one function: the names given to values and the helpers it used."""
+
+    def __init__(self, kernel: KernelSource) -> None:
+        self.kernel = kernel
+        self.names: dict[UOp, str] = {}
+        self.declared_regs: set[int] = set()
+        self.helpers: set[str] = set()
+        self.lines: list[str] = []
+        self.indent = 1
+
+    # ---- the function ------------------------------------------------------------------------------------------
+    def source(self) -> str:
+        for node in self.kernel.linear:
+            self.statement(node)
+        params = [self.param_decl(p.index, p.dtype, p.writable) for p in self.kernel.params]
+        params += [f"long long {self.variable_name(v)}" for v in self.kernel.variables]
+        helpers = "".join(HELPERS[h] for h in sorted(self.helpers))
+        signature = f"void {self.kernel.name}({', '.join(params) or 'void'})"
+        return f"{PREAMBLE}{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
+
+    def variable_name(self, var: UOp) -> str:
+        """The variable's own name (the contract names the parameter by it), if C can use it without a clash."""
+        name = str(var.arg[0])
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _C_RESERVED or _TAKEN.fullmatch(name):
+            raise CodegenError(f"kernel {self.kernel.name}: variable {name!r} cannot name a C parameter (not an "
+                               "identifier, a C keyword or type, or one of the renderer's own names data<N>, "
+                               "ridx<N>, v<N>, acc<N>, plygrad_*); rename the variable")
+        return name
+
+    def param_decl(self, index: int, dtype: DType, writable: bool) -> str:
+        if dtype is dtypes.bfloat16:
+            self.helpers.add("bf16")
+        const = "" if writable else "const "
+        return f"{const}{c_storage(dtype)}* restrict data{index}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.indent + line)
+
+    # ---- statements --------------------------------------------------------------------------------------------
+    def statement(self, node: UOp) -> None:
+        op = node.op
+        if op is Ops.RANGE:
+            axis, axis_type = node.arg
+            if axis_type in _REJECTED_AXES:
+                raise CodegenError(f"kernel {self.kernel.name}: RANGE axis {axis} is {_REJECTED_AXES[axis_type]}, "
+                                   "but C runs on a CPU without workgroups; don't apply LOCAL/GROUP for a target "
+                                   "with has_local=False")
+            if axis_type is AxisType.THREAD:
+                self.emit("#pragma omp parallel for")
+            var = self.ref(node)
+            self.emit(f"for (long long {var} = 0; {var} < {self.ref(node.src[0])}; {var}++) {{")
+            self.indent += 1
+        elif op is Ops.END or op is Ops.ENDIF:
+            self.indent -= 1
+            self.emit("}")
+        elif op is Ops.IF:
+            self.emit(f"if ({self.ref(node.src[0])}) {{")
+            self.indent += 1
+        elif op is Ops.STORE:
+            self.store(node)
+        else:
+            name = f"v{len(self.names)}"
+            expr = self.value(node)
+            self.names[node] = name
+            self.emit(f"{c_local(node.dtype)} {name} = {expr};")
+
+    def store(self, node: UOp) -> None:
+        index, value = node.src[0], node.src[1]
+        ptr = index.dtype
+        assert isinstance(ptr, PtrDType)
+        if index.src[0].op is Ops.DEFINE_REG:
+            slot = int(index.src[0].arg)
+            if slot in self.declared_regs:
+                self.emit(f"acc{slot} = {self.ref(value)};")
+            else:
+                self.declared_regs.add(slot)
+                self.emit(f"{c_local(ptr.base)} acc{slot} = {self.ref(value)};")
+            return
+        self.emit(f"{self.address(index)} = {self.to_storage(ptr.base, self.ref(value))};")
+
+    # ---- expressions -------------------------------------------------------------------------------------------
+    def ref(self, node: UOp) -> str:
+        """How a statement refers to `node`: its local's name, or the inline form of an inline node."""
+        if node in self.names:
+            return self.names[node]
+        if node.op is Ops.CONST:
+            return literal(node.dtype, node.arg)
+        if node.op is Ops.RANGE:
+            return f"ridx{node.arg[0]}"
+        if node.op is Ops.DEFINE_VAR:
+            return self.variable_name(node)
+        if node.op is Ops.INDEX and node.src[0].op is Ops.DEFINE_REG:
+            return f"acc{node.src[0].arg}"
+        raise CodegenError(f"kernel {self.kernel.name}: {node.op.name} ({node.dtype!r}) is used before it is "
+                           "computed; this is a linearizer bug, please report it with the kernel")
+
+    def address(self, index: UOp) -> str:
+        buf = index.src[0]
+        if buf.op is not Ops.PARAM:
+            raise CodegenError(f"kernel {self.kernel.name}: the C renderer indexes PARAM buffers and accumulators, "
+                               f"got INDEX into {buf.op.name}")
+        return f"data{buf.arg}[{self.ref(index.src[1])}]"
+
+    def from_storage(self, dtype: DType, expr: str) -> str:
+        if dtype is dtypes.float16:
+            return f"(float)({expr})"
+        if dtype is dtypes.bfloat16:
+            self.helpers.add("bf16")
+            return f"plygrad_bf16_to_float({expr})"
+        return expr
+
+    def to_storage(self, dtype: DType, expr: str) -> str:
+        if dtype is dtypes.float16:
+            return f"(_Float16)({expr})"
+        if dtype is dtypes.bfloat16:
+            self.helpers.add("bf16")
+            return f"plygrad_float_to_bf16({expr})"
+        return expr
+
+    def rounded(self, dtype: DType, expr: str) -> str:
+        if dtype is dtypes.bfloat16:
+            self.helpers.add("bf16")
+        return round_to(dtype, expr)
+
+    def value(self, node: UOp) -> str:
+        """The C expression computing a statement's value."""
+        if node.op is Ops.LOAD:
+            return self.load(node)
+        if node.op is Ops.CAST:
+            return self.cast(node.src[0], node.dtype)
+        if node.op is Ops.BITCAST:
+            return self.bitcast(node.src[0], node.dtype)
+        render = _ALU.get(node.op)
+        if render is None:
+            raise CodegenError(f"kernel {self.kernel.name}: the C renderer cannot render {node.op.name} "
+                               f"({node.dtype!r}); it renders loads, stores, casts and the ALU ops of docs/ir.md")
+        return render(self, node, [self.ref(s) for s in node.src])
+
+    def load(self, node: UOp) -> str:
+        index = node.src[0]
+        if index.src[0].op is Ops.DEFINE_REG:
+            return self.ref(index)
+        value = self.from_storage(node.dtype, self.address(index))
+        if len(index.src) == 3:  # a gated load reads 0 where the gate is false (and never touches memory there)
+            return f"({self.ref(index.src[2])} ? {value} : {literal(node.dtype, _zero(node.dtype))})"
+        return value
+
+    def cast(self, x: UOp, dtype: DType) -> str:
+        src = self.ref(x)
+        if dtype is dtypes.bool:
+            return f"({src} != 0)"
+        if dtype.kind is DTypeKind.FLOAT:
+            if dtype is dtypes.float16:
+                return f"((float)(_Float16)({src}))"
+            return self.rounded(dtype, f"({c_local(dtype)})({src})")
+        if x.dtype.kind is DTypeKind.FLOAT:  # truncate toward zero, then wrap to the width
+            if dtype is dtypes.uint64:
+                return f"(({src}) < 0 ? (uint64_t)(int64_t)({src}) : (uint64_t)({src}))"
+            return f"(({c_local(dtype)})(int64_t)({src}))"
+        return f"(({c_local(dtype)})({src}))"
+
+    def bitcast(self, x: UOp, dtype: DType) -> str:
+        source_type, dest_type = c_storage(x.dtype), c_storage(dtype)
+        stored = self.to_storage(x.dtype, self.ref(x))
+        expr = f"((union {{ {source_type} a; {dest_type} b; }}){{ .a = {stored} }}).b"
+        return self.from_storage(dtype, expr)
+
+
+def _zero(dtype: DType) -> bool | int | float:
+    if dtype is dtypes.bool:
+        return False
+    return 0.0 if dtype.kind is DTypeKind.FLOAT else 0
+
+
+# ---- ALU ops: each renders (renderer, node, operand expressions) -> C expression ---------------------------------
+def _float_fn(node: UOp, name: str) -> str:
+    """math.h's double function for float64, its `f` version for float32 and the float-computed 16-bit floats."""
+    return name if node.dtype is dtypes.float64 else f"{name}f"
+
+
+def _infix(r: _CFunction, node: UOp, a: list[str]) -> str:
+    op, dtype = node.op, node.src[0].dtype
+    sym = _INFIX[op]
+    if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL):
+        sym = "|" if op is Ops.ADD else "&"
+    expr = f"({a[0]} {sym} {a[1]})"
+    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) or dtype is dtypes.index or dtype is dtypes.bool:
+        return expr
+    if dtype.kind is DTypeKind.FLOAT:
+        return r.rounded(dtype, expr)
+    if op in (Ops.IDIV, Ops.MOD) and dtype.kind is DTypeKind.SIGNED and dtype.itemsize >= 4:
+        # MIN / -1 traps on x86; the IR wraps it (MIN / -1 = MIN, MIN % -1 = 0)
+        wide = _wide_unsigned(dtype)
+        wrapped = f"(({c_local(dtype)})(0 - ({wide}){a[0]}))" if op is Ops.IDIV else "0"
+        return f"({a[1]} == -1 ? {wrapped} : ({c_local(dtype)}){expr})"
+    if op in _WRAPPING:
+        wide = _wide_unsigned(dtype)
+        return f"(({c_local(dtype)})(({wide}){a[0]} {sym} ({wide}){a[1]}))"
+    return f"(({c_local(dtype)}){expr})"
+
+
+def _neg(r: _CFunction, node: UOp, a: list[str]) -> str:
+    dtype = node.dtype
+    if dtype.kind is DTypeKind.FLOAT or dtype is dtypes.index:
+        return f"(-{a[0]})"
+    wide = _wide_unsigned(dtype)
+    return f"(({c_local(dtype)})(-({wide}){a[0]}))"
+
+
+def _unary_math(r: _CFunction, node: UOp, a: list[str]) -> str:
+    if node.op is Ops.TRUNC and node.dtype.kind is not DTypeKind.FLOAT:
+        return a[0]
+    return r.rounded(node.dtype, f"{_float_fn(node, _MATH[node.op])}({a[0]})")
+
+
+def _reciprocal(r: _CFunction, node: UOp, a: list[str]) -> str:
+    one = "1.0" if node.dtype is dtypes.float64 else "1.0f"
+    return r.rounded(node.dtype, f"({one} / {a[0]})")
+
+
+def _pow(r: _CFunction, node: UOp, a: list[str]) -> str:
+    return r.rounded(node.dtype, f"{_float_fn(node, 'pow')}({a[0]}, {a[1]})")
+
+
+def _max(r: _CFunction, node: UOp, a: list[str]) -> str:
+    dtype = node.dtype
+    if dtype is dtypes.bool:
+        return f"({a[0]} | {a[1]})"
+    if dtype.kind is DTypeKind.FLOAT:
+        r.helpers.add("fmax")
+        return f"{'plygrad_fmax' if dtype is dtypes.float64 else 'plygrad_fmaxf'}({a[0]}, {a[1]})"
+    return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+
+
+def _where(r: _CFunction, node: UOp, a: list[str]) -> str:
+    return f"({a[0]} ? {a[1]} : {a[2]})"
+
+
+def _mulacc(r: _CFunction, node: UOp, a: list[str]) -> str:
+    dtype = node.dtype
+    if dtype is dtypes.float64:
+        return f"({a[0]} * {a[1]} + {a[2]})"
+    exact = f"((double){a[0]} * (double){a[1]} + (double){a[2]})"  # the product of two floats is exact in double
+    if dtype is dtypes.float16:
+        return f"((float)(_Float16){exact})"
+    if dtype.kind is DTypeKind.FLOAT:
+        return r.rounded(dtype, f"(float){exact}")
+    if dtype is dtypes.index:
+        return f"({a[0]} * {a[1]} + {a[2]})"
+    wide = _wide_unsigned(dtype)
+    return f"(({c_local(dtype)})(({wide}){a[0]} * ({wide}){a[1]} + ({wide}){a[2]}))"
+
+
+def _threefry(r: _CFunction, node: UOp, a: list[str]) -> str:
+    r.helpers.add("threefry")
+    return f"plygrad_threefry2x32({a[0]}, {a[1]})"
+
+
+_ALU: Final[dict[Ops, Callable[[_CFunction, UOp, list[str]], str]]] = {
+    **{op: _infix for op in _INFIX},
+    Ops.NEG: _neg, Ops.RECIPROCAL: _reciprocal, Ops.POW: _pow, Ops.MAX: _max, Ops.WHERE: _where,
+    Ops.MULACC: _mulacc, Ops.THREEFRY: _threefry,
+    **{op: _unary_math for op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC)},
+}

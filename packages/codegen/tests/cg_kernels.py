@@ -1,0 +1,170 @@
+"""Hand-built kernel ASTs (KERNEL stage, as the runtime hands them to codegen) for the codegen tests.
+
+Conventions of the contract: PARAMs are numbered outputs first, then inputs; every RANGE has its own axis id;
+output loops are AxisType.LOOP and reduction loops AxisType.REDUCE.
+"""
+
+from __future__ import annotations
+
+from plygrad.ir import AxisType, DType, KernelInfo, Ops, UOp, dtypes
+
+IDX = dtypes.index
+
+
+def param(index: int, dtype: DType, size: int) -> UOp:
+    return UOp(Ops.PARAM, dtype.ptr(size), (), index)
+
+
+def load(buf: UOp, idx: UOp, gate: UOp | None = None) -> UOp:
+    index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if gate is None else (buf, idx, gate))
+    return UOp(Ops.LOAD, buf.dtype.base, (index,))  # type: ignore[attr-defined]
+
+
+def store(buf: UOp, idx: UOp, value: UOp, gate: UOp | None = None) -> UOp:
+    index = UOp(Ops.INDEX, buf.dtype, (buf, idx) if gate is None else (buf, idx, gate))
+    return UOp(Ops.STORE, dtypes.void, (index, value))
+
+
+def sink(*stores: UOp, name: str = "") -> UOp:
+    return UOp(Ops.SINK, dtypes.void, stores, KernelInfo(name) if name else None)
+
+
+def loop(size: int | UOp, axis: int) -> UOp:
+    return UOp.range(size, axis, AxisType.LOOP)
+
+
+def red(size: int, axis: int) -> UOp:
+    return UOp.range(size, axis, AxisType.REDUCE)
+
+
+def binary(op: Ops, dtype: DType, n: int) -> UOp:
+    """out[i] = op(a[i], b[i])."""
+    out_dtype = dtypes.bool if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) else dtype
+    out, a, b = param(0, out_dtype, n), param(1, dtype, n), param(2, dtype, n)
+    i = loop(n, 0)
+    return sink(UOp(Ops.END, dtypes.void, (store(out, i, load(a, i).alu(op, load(b, i))), i)))
+
+
+def unary(op: Ops, dtype: DType, n: int) -> UOp:
+    """out[i] = op(a[i])."""
+    out, a = param(0, dtype, n), param(1, dtype, n)
+    i = loop(n, 0)
+    return sink(store(out, i, load(a, i).alu(op)))
+
+
+def elementwise_add(dtype: DType, n: int) -> UOp:
+    return binary(Ops.ADD, dtype, n)
+
+
+def broadcast_strided(m: int, n: int) -> UOp:
+    """out[i, j] = a[j, i] (a transposed read) * b[i] (broadcast along j) + 1, out of shape (m, n)."""
+    out, a, b = param(0, dtypes.float32, m * n), param(1, dtypes.float32, n * m), param(2, dtypes.float32, m)
+    i, j = loop(m, 0), loop(n, 1)
+    value = load(a, j * m + i) * load(b, i) + 1.0
+    return sink(UOp(Ops.END, dtypes.void, (store(out, i * n + j, value), i, j)))
+
+
+def reduce_rows(op: Ops, dtype: DType, m: int, n: int) -> UOp:
+    """out[i] = reduce_op over j of a[i, j], a of shape (m, n)."""
+    out, a = param(0, dtype, m), param(1, dtype, m * n)
+    i, j = loop(m, 0), red(n, 1)
+    total = UOp(Ops.REDUCE, dtype, (load(a, i * n + j), j), op)
+    return sink(store(out, i, total))
+
+
+def matmul(m: int, k: int, n: int, dtype: DType = dtypes.float32) -> UOp:
+    """out[i, j] = sum_r a[i, r] * b[r, j]."""
+    out, a, b = param(0, dtype, m * n), param(1, dtype, m * k), param(2, dtype, k * n)
+    i, j, r = loop(m, 0), loop(n, 1), red(k, 2)
+    acc = UOp(Ops.REDUCE, dtype, (load(a, i * k + r) * load(b, r * n + j), r), Ops.ADD)
+    return sink(UOp(Ops.END, dtypes.void, (store(out, i * n + j, acc), i, j)), name="matmul")
+
+
+def padded(n: int, before: int, after: int) -> UOp:
+    """out = pad(a, (before, after)) * 2: a gated load reads 0 in the padding."""
+    size = n + before + after
+    out, a = param(0, dtypes.float32, size), param(1, dtypes.float32, n)
+    i = loop(size, 0)
+    inside = (UOp.const(IDX, before - 1) < i).alu(Ops.AND, i < before + n)
+    return sink(store(out, i, load(a, i - before, inside) * 2.0))
+
+
+def padded_where(n: int, before: int) -> UOp:
+    """out[i] = i < before ? -1 : a[i - before] (padding with a value through WHERE; the load stays gated)."""
+    size = n + before
+    out, a = param(0, dtypes.float32, size), param(1, dtypes.float32, n)
+    i = loop(size, 0)
+    inside = (UOp.const(IDX, before - 1) < i)
+    return sink(store(out, i, inside.where(load(a, i - before, inside), -1.0)))
+
+
+def gated_store(n: int, limit: int) -> UOp:
+    """out[i] = a[i] + 1 only for i < limit (a gated STORE: the rest of out is left alone)."""
+    out, a = param(0, dtypes.float32, n), param(1, dtypes.float32, n)
+    i = loop(n, 0)
+    return sink(store(out, i, load(a, i) + 1.0, gate=i < limit))
+
+
+def multi_output(n: int) -> UOp:
+    """out0[i] = a[i] + b[i]; out1[i] = a[i] * b[i] (two STOREs in one SINK)."""
+    out0, out1 = param(0, dtypes.float32, n), param(1, dtypes.float32, n)
+    a, b = param(2, dtypes.float32, n), param(3, dtypes.float32, n)
+    i = loop(n, 0)
+    x, y = load(a, i), load(b, i)
+    return sink(store(out0, i, x + y), store(out1, i, x * y))
+
+
+def softmax_like(m: int, n: int) -> UOp:
+    """out[i, j] = exp2(a[i, j] - max_j a[i, j]) / sum_j exp2(a[i, j] - max): two reduces, one feeding the other."""
+    out, a = param(0, dtypes.float32, m * n), param(1, dtypes.float32, m * n)
+    i, j0, j1, j2 = loop(m, 0), red(n, 1), red(n, 2), loop(n, 3)
+    mx = UOp(Ops.REDUCE, dtypes.float32, (load(a, i * n + j0), j0), Ops.MAX)
+    total = UOp(Ops.REDUCE, dtypes.float32, ((load(a, i * n + j1) - mx).alu(Ops.EXP2), j1), Ops.ADD)
+    value = (load(a, i * n + j2) - mx).alu(Ops.EXP2) / total
+    return sink(UOp(Ops.END, dtypes.void, (store(out, i * n + j2, value), i, j2)))
+
+
+def scaled_by_var(max_n: int) -> UOp:
+    """out[i] = a[i] * n for i < n, where n is a DEFINE_VAR (a symbolic loop bound)."""
+    out, a = param(0, dtypes.float32, max_n), param(1, dtypes.float32, max_n)
+    n = UOp.variable("n", 1, max_n)
+    i = loop(n, 0)
+    return sink(store(out, i, load(a, i) * n.cast(dtypes.float32)))
+
+
+def variance_shared_range(m: int, n: int) -> UOp:
+    """out[i] = sum_j (a[i, j] - mean_i)^2 where the mean's REDUCE and the variance's REDUCE share one RANGE."""
+    out, a = param(0, dtypes.float32, m), param(1, dtypes.float32, m * n)
+    i, j = loop(m, 0), red(n, 1)
+    x = load(a, i * n + j)
+    mean = UOp(Ops.REDUCE, dtypes.float32, (x, j), Ops.ADD) * (1.0 / n)
+    d = x - mean
+    return sink(store(out, i, UOp(Ops.REDUCE, dtypes.float32, (d * d, j), Ops.ADD)))
+
+
+def full_sum(n: int) -> UOp:
+    """out[0] = sum_j a[j]: a reduction whose output has no loop at all."""
+    out, a = param(0, dtypes.float32, 1), param(1, dtypes.float32, n)
+    j = red(n, 0)
+    return sink(store(out, UOp.const(IDX, 0), UOp(Ops.REDUCE, dtypes.float32, (load(a, j), j), Ops.ADD)))
+
+
+def no_loops() -> UOp:
+    """out[0] = a[1] * 3: a kernel without any RANGE."""
+    out, a = param(0, dtypes.int32, 1), param(1, dtypes.int32, 2)
+    return sink(store(out, UOp.const(IDX, 0), load(a, UOp.const(IDX, 1)) * 3))
+
+
+def sum_of_maxes(m: int, n: int, k: int) -> UOp:
+    """out[i] = sum_j max_r a[i, j, r]: a reduction nested in another."""
+    out, a = param(0, dtypes.float32, m), param(1, dtypes.float32, m * n * k)
+    i, j, r = loop(m, 0), red(n, 1), red(k, 2)
+    inner = UOp(Ops.REDUCE, dtypes.float32, (load(a, i * (n * k) + j * k + r), r), Ops.MAX)
+    return sink(store(out, i, UOp(Ops.REDUCE, dtypes.float32, (inner, j), Ops.ADD)))
+
+
+def count(n: int) -> UOp:
+    """out[i] = sum_j 1 (the reduced value does not depend on the reduce range)."""
+    out = param(0, dtypes.int32, 4)
+    i, j = loop(4, 0), red(n, 1)
+    return sink(store(out, i, UOp(Ops.REDUCE, dtypes.int32, (UOp.const(dtypes.int32, 1), j), Ops.ADD)))

@@ -1,0 +1,16 @@
+"""Shared test settings for plygrad-codegen: one small hypothesis profile (the machine is shared), and this folder
+on sys.path so tests can import the `cg_*` helper modules under --import-mode=importlib."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("ci", deadline=None, max_examples=15, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("thorough", deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
