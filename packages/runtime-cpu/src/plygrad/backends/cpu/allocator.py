@@ -1,0 +1,28 @@
+"""Host memory for the CPU backend: cffi-owned `char[]` arrays, whose addresses never move."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cffi
+
+from plygrad.runtime.plugin import Allocator
+
+
+class CFFIAllocator(Allocator[Any]):
+    """`alloc` gives a zeroed `char[nbytes]` cdata (malloc-aligned); copies are memmoves."""
+
+    def __init__(self, ffi: cffi.FFI) -> None:
+        self.ffi = ffi
+
+    def alloc(self, nbytes: int) -> Any:
+        return self.ffi.new("char[]", nbytes)
+
+    def free(self, handle: Any) -> None:
+        self.ffi.release(handle)
+
+    def copyin(self, handle: Any, src: memoryview) -> None:
+        self.ffi.memmove(handle, src, src.nbytes)
+
+    def copyout(self, dst: memoryview, handle: Any) -> None:
+        self.ffi.memmove(dst, handle, dst.nbytes)

@@ -1,0 +1,104 @@
+"""The CPU backend: C programs (docs/ir.md's C program contract) compiled to shared libraries and called via cffi.
+
+A program is `void NAME(T0* restrict data0, const T1* restrict data1, ..., long long VAR0, ...)`: one pointer per
+buffer in parameter order, then one `long long` per variable. cffi's ABI mode calls it through a function pointer
+whose type is built from the number of buffers and variables of the call (`void*` for every buffer: any object
+pointer is passed the same way, so the element types need not be repeated here). Loops run inside the function,
+in parallel where the renderer put `#pragma omp parallel for`; the call returns when the work is done, so
+`synchronize` has nothing to wait for.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import cffi
+
+from plygrad.backends.cpu.allocator import CFFIAllocator
+from plygrad.backends.cpu.compiler import CCompiler, probe_toolchain
+from plygrad.ir.target import Target
+from plygrad.runtime.errors import BackendError
+from plygrad.runtime.plugin import Backend, Program
+
+# Every loaded library stays loaded until the process exits. Closing one that started OpenMP could unload libgomp
+# while its worker threads are parked in it, and the process would crash later somewhere unrelated. Programs are
+# cached by the runtime, so this holds one small library per distinct program.
+_LOADED_LIBRARIES: Final[list[Any]] = []
+
+
+def cpu_target() -> Target:
+    """What codegen needs to know about this machine."""
+    return Target(device="CPU", renderer="c", arch=platform.machine() or "unknown", has_local=False,
+                  threads=os.cpu_count() or 1)
+
+
+class CPUProgram(Program):
+    """One loaded shared library's entry function."""
+
+    def __init__(self, name: str, binary: bytes) -> None:
+        if not name.isidentifier():
+            raise BackendError(f"program name {name!r} is not a C identifier")
+        self.name = name
+        self.ffi = cffi.FFI()
+        self.ffi.cdef(f"void {name}(void);")
+        # dlopen needs a file; once loaded, the mapping outlives the file, so it is deleted right away
+        fd, path = tempfile.mkstemp(prefix=f"plygrad-{name}-", suffix=".so")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(binary)
+            try:
+                self.lib: Any = self.ffi.dlopen(path)
+                _LOADED_LIBRARIES.append((self.ffi, self.lib))
+            except OSError as exc:
+                raise BackendError(f"cannot load the compiled program {name!r}: {exc}") from exc
+        finally:
+            Path(path).unlink(missing_ok=True)
+        try:
+            self.entry = getattr(self.lib, name)
+        except AttributeError as exc:
+            raise BackendError(f"the compiled library has no function {name!r}: the source must define "
+                               f"`void {name}(...)`") from exc
+        self._signatures: dict[tuple[int, int], Any] = {}
+
+    def _function(self, n_buffers: int, n_vals: int) -> Any:
+        key = (n_buffers, n_vals)
+        if key not in self._signatures:
+            args = ", ".join(["void*"] * n_buffers + ["long long"] * n_vals) or "void"
+            self._signatures[key] = self.ffi.cast(f"void(*)({args})", self.entry)
+        return self._signatures[key]
+
+    def __call__(self, buffers: Sequence[Any], global_size: tuple[int, int, int],
+                 local_size: tuple[int, int, int] | None, vals: Sequence[int], wait: bool = False) -> float | None:
+        if global_size != (1, 1, 1) or local_size not in (None, (1, 1, 1)):
+            raise BackendError(f"CPU program {self.name!r} launched with global size {global_size} and local size "
+                               f"{local_size}: a CPU program runs all its loops itself, so codegen must give "
+                               "global (1, 1, 1) and local None for a Target with has_local=False")
+        function = self._function(len(buffers), len(vals))
+        start = time.perf_counter()
+        function(*buffers, *vals)
+        return time.perf_counter() - start if wait else None
+
+
+class CPUBackend(Backend):
+    """`Device["CPU"]` (and "CPU:1"...: separate devices over the same host memory, handy for testing copies)."""
+
+    def __init__(self, name: str) -> None:
+        self.ffi = cffi.FFI()
+        super().__init__(name, cpu_target(), CFFIAllocator(self.ffi), CCompiler(probe_toolchain()))
+
+    def load(self, name: str, binary: bytes) -> Program:
+        return CPUProgram(name, binary)
+
+    def synchronize(self) -> None:
+        """Programs run synchronously on the calling thread (and its OpenMP team): nothing is in flight."""
+
+
+def open_cpu(device: str) -> CPUBackend:
+    """The factory the descriptor names; raises BackendError when no C compiler works."""
+    return CPUBackend(device)

@@ -1,0 +1,145 @@
+"""Compiling C with the system compiler into a shared library, as the CPU backend's `Compiler`.
+
+The compiler is found once per process (`CC`, else clang, else gcc, else cc) and its optional flags probed once:
+`-march=native` (not every compiler or arch has it) and `-fopenmp` (Apple's clang, or a gcc without libgomp, lacks
+it; programs then run their `#pragma omp` loops on one core, which is still correct). The `cache_key` names the
+compiler path, its version line and the flags, so a binary cached on disk is reused only by the same toolchain.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from plygrad.runtime.errors import BackendError, CompileError
+from plygrad.runtime.plugin import Compiler
+
+# -ffp-contract=off: the IR rounds after every op, so the compiler must not fuse a*b+c into one rounding
+BASE_FLAGS: Final = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
+OPTIONAL_FLAGS: Final = ("-march=native", "-fopenmp")
+_PROBE_SOURCE: Final = """
+#include <math.h>
+void probe(float* restrict out, long long n) {
+  #pragma omp parallel for
+  for (long long i = 0; i < n; i++) out[i] = sqrtf((float)i);
+}
+"""
+_TIMEOUT_S: Final = 300
+_ERROR_LINE: Final = re.compile(r"^[^\s:]*\.c:(\d+):(?:\d+:)?\s*(?:fatal )?error:", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """A C compiler command, its version line and the flags it accepts."""
+
+    command: tuple[str, ...]
+    version: str
+    flags: tuple[str, ...]
+
+
+def find_compiler_command() -> tuple[str, ...]:
+    """`CC` (split like a shell would: "ccache gcc" works), else the first of clang, gcc, cc on PATH."""
+    chosen = os.environ.get("CC", "").strip()
+    if chosen:
+        command = tuple(shlex.split(chosen))
+        if shutil.which(command[0]) is None:
+            raise BackendError(f"CC={chosen!r}, but {command[0]!r} is not an executable on PATH: fix CC or unset it")
+        return command
+    for name in ("clang", "gcc", "cc"):
+        path = shutil.which(name)
+        if path is not None:
+            return (path,)
+    raise BackendError("the CPU backend needs a C compiler and none was found (looked for CC, clang, gcc, cc): "
+                       "install gcc or clang (e.g. `apt-get install gcc`), or set CC")
+
+
+def _run(command: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    # the command is the compiler this process found (CC or PATH) and fixed flags; no shell is involved
+    return subprocess.run(command, cwd=cwd, input=stdin, capture_output=True, text=True, timeout=_TIMEOUT_S,  # noqa: S603
+                          check=False)
+
+
+def _compiles(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
+    with tempfile.TemporaryDirectory(prefix="plygrad-cc-probe-") as tmp:
+        folder = Path(tmp)
+        (folder / "probe.c").write_text(_PROBE_SOURCE)
+        try:
+            done = _run([*command, *flags, "-o", "probe.so", "probe.c", "-lm"], folder)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return done.returncode == 0
+
+
+@functools.cache
+def probe_toolchain() -> Toolchain:
+    """Find the compiler and the optional flags it supports (once per process; raises BackendError)."""
+    command = find_compiler_command()
+    try:
+        version = _run([*command, "--version"], Path.cwd()).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BackendError(f"C compiler {' '.join(command)!r} does not run: {exc}; install gcc or clang") from exc
+    if not _compiles(command, BASE_FLAGS):
+        raise BackendError(f"C compiler {' '.join(command)!r} cannot build a shared library with "
+                           f"{' '.join(BASE_FLAGS)}: install gcc or clang")
+    flags = BASE_FLAGS + tuple(f for f in OPTIONAL_FLAGS if _compiles(command, (*BASE_FLAGS, f)))
+    return Toolchain(command, version[0].strip() if version else "unknown version", flags)
+
+
+def compile_error(source: str, stderr: str, command: str) -> CompileError:
+    """A CompileError quoting the first source line the compiler blamed, plus its first diagnostics."""
+    match = _ERROR_LINE.search(stderr)
+    line = int(match.group(1)) if match else 0
+    lines = source.splitlines()
+    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+    where = f" at line {line}: `{text}`" if line else ""
+    diagnostics = "\n".join(stderr.strip().splitlines()[:12])
+    return CompileError(f"{command} rejected the program{where}\n{diagnostics}", line=line, source_line=text)
+
+
+def host_cpu() -> str:
+    """Names this machine's CPU model and features: binaries built with -march=native only run on such a CPU, so
+    a cache folder shared between machines (a network home) must not hand one machine's binary to another."""
+    try:
+        info = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags", "Features", "CPU part", "isa")
+    first = {line.split(":", 1)[0].strip(): line for line in reversed(info) if line.startswith(wanted)}
+    text = "\n".join(sorted(first.values())) or platform.machine()
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class CCompiler(Compiler):
+    """Source -> the bytes of a shared library."""
+
+    def __init__(self, toolchain: Toolchain) -> None:
+        self.toolchain = toolchain
+
+    @property
+    def cache_key(self) -> str:
+        chain = self.toolchain
+        host = f" | host {host_cpu()}" if "-march=native" in chain.flags else ""
+        return f"cpu-c {' '.join(chain.command)} | {chain.version} | {' '.join(chain.flags)}{host}"
+
+    def compile(self, source: str) -> bytes:
+        with tempfile.TemporaryDirectory(prefix="plygrad-cc-") as tmp:
+            folder = Path(tmp)
+            (folder / "program.c").write_text(source)
+            command = [*self.toolchain.command, *self.toolchain.flags, "-o", "program.so", "program.c", "-lm"]
+            try:
+                done = _run(command, folder)
+            except subprocess.TimeoutExpired as exc:
+                raise CompileError(f"{command[0]} took longer than {_TIMEOUT_S} s on the program") from exc
+            if done.returncode != 0:
+                raise compile_error(source, done.stderr, " ".join(self.toolchain.command))
+            return (folder / "program.so").read_bytes()

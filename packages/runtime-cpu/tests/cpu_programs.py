@@ -1,0 +1,102 @@
+"""Hand-written C programs that follow the C program contract (docs/ir.md, DESIGN.md), and a stand-in lowering.
+
+codegen is a separate distribution this package's tests may not install, so `hand_lowering` plays its part for
+run_linear: it reads the kernel it is given (name, PARAMs, variables) and returns a PROGRAM whose source is the C
+written here for that kernel name, exactly as a renderer would emit it.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from plygrad.ir import KernelInfo, Ops, ParamInfo, ProgramInfo, Stage, Target, UOp, deserialize, dtypes, serialize
+
+PRELUDE: Final = "#include <math.h>\n#include <stdint.h>\n"
+
+ADD: Final = PRELUDE + """
+void add(float* restrict data0, const float* restrict data1, const float* restrict data2, long long n) {
+  for (long long i = 0; i < n; i++) {
+    data0[i] = data1[i] + data2[i];
+  }
+}
+"""
+
+ECHO: Final = PRELUDE + """
+void echo(int64_t* restrict data0, long long a, long long b) {
+  data0[0] = a;
+  data0[1] = b;
+}
+"""
+
+THREAD_IDS: Final = PRELUDE + """
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+void thread_ids(int32_t* restrict data0, float* restrict data1) {
+  #pragma omp parallel for
+  for (long long i = 0; i < 65536; i++) {
+#ifdef _OPENMP
+    data0[i] = omp_get_thread_num();
+#else
+    data0[i] = 0;
+#endif
+    data1[i] = sqrtf((float)i);
+  }
+}
+"""
+
+BROKEN: Final = PRELUDE + """
+void broken(float* restrict data0) {
+  data0[0] = 1.0f;
+  data0[1] = undeclared_name * 2;
+}
+"""
+
+# sources for the kernels of plygrad.runtime.testing, keyed by their KernelInfo name; {size_N} come from PARAMs
+KERNEL_SOURCES: Final = {
+    "conformance_add": PRELUDE + """
+void conformance_add(float* restrict data0, const float* restrict data1, const float* restrict data2) {
+  for (long long i = 0; i < {size0}; i++) data0[i] = data1[i] + data2[i];
+}
+""",
+    "conformance_row_sum": PRELUDE + """
+void conformance_row_sum(float* restrict data0, const float* restrict data1) {
+  #pragma omp parallel for
+  for (long long r = 0; r < {size0}; r++) {
+    float acc = 0.0f;
+    for (long long c = 0; c < {size1} / {size0}; c++) acc += data1[r * ({size1} / {size0}) + c];
+    data0[r] = acc;
+  }
+}
+""",
+    "conformance_scale": PRELUDE + """
+void conformance_scale(float* restrict data0, const float* restrict data1, long long k) {
+  for (long long i = 0; i < {size0}; i++) data0[i] = data1[i] * (float)k;
+}
+""",
+    "conformance_padded": PRELUDE + """
+void conformance_padded(int32_t* restrict data0, const int32_t* restrict data1) {
+  for (long long i = 0; i < {size0}; i++) data0[i] = i < {size1} ? data1[i] : 0;
+}
+""",
+}
+
+
+def hand_lowering(kernel: bytes, target: bytes) -> bytes:
+    """Stand-in for the `plygrad.codegen` entry point: KERNEL bytes + Target bytes -> PROGRAM bytes."""
+    sink = deserialize(kernel, Stage.KERNEL)
+    assert Target.from_bytes(target).renderer == "c"
+    name = sink.arg.name if isinstance(sink.arg, KernelInfo) else ""
+    nodes = sink.toposort
+    params = sorted((n for n in nodes if n.op is Ops.PARAM), key=lambda p: p.arg)
+    written = {n.src[0].src[0].arg for n in nodes if n.op is Ops.STORE}
+    infos = tuple(ParamInfo(p.arg, p.dtype.base, p.dtype.size, p.arg in written)  # type: ignore[attr-defined]
+                  for p in params)
+    variables = sorted((n for n in nodes if n.op is Ops.DEFINE_VAR), key=lambda v: str(v.arg[0]))
+    source = KERNEL_SOURCES[name]
+    for info in infos:
+        source = source.replace(f"{{size{info.index}}}", str(info.size))
+    mem = sum(i.size * i.dtype.itemsize for i in infos)
+    program_info = ProgramInfo(name, (1, 1, 1), None, infos, ops=infos[0].size, mem=mem)
+    root = UOp(Ops.PROGRAM, dtypes.void, (UOp(Ops.SOURCE, dtypes.void, (), source), *variables), program_info)
+    return serialize(root, Stage.PROGRAM)

@@ -1,0 +1,127 @@
+"""The CPU backend through the plugin API: target, compiler, loading and calling hand-written C programs."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from cpu_programs import ADD, BROKEN, ECHO, THREAD_IDS
+
+from plygrad.backends.cpu.backend import CPUBackend, cpu_target
+from plygrad.backends.cpu.compiler import find_compiler_command, host_cpu, probe_toolchain
+from plygrad.runtime import BackendError, CompileError, Device
+
+
+@pytest.fixture(scope="module")
+def cpu() -> CPUBackend:
+    backend = Device["CPU"]
+    assert isinstance(backend, CPUBackend)
+    return backend
+
+
+def _handle(cpu: CPUBackend, data: np.ndarray) -> object:
+    handle = cpu.allocator.alloc(data.nbytes)
+    cpu.allocator.copyin(handle, memoryview(data.tobytes()))
+    return handle
+
+
+def _read(cpu: CPUBackend, handle: object, dtype: type, count: int) -> np.ndarray:
+    out = bytearray(count * np.dtype(dtype).itemsize)
+    cpu.allocator.copyout(memoryview(out), handle)
+    return np.frombuffer(out, dtype=dtype)
+
+
+def test_target_describes_this_machine(cpu: CPUBackend) -> None:
+    target = cpu.target
+    assert (target.device, target.renderer, target.has_local) == ("CPU", "c", False)
+    assert target.threads == (os.cpu_count() or 1) and target.arch
+    assert target == cpu_target()
+
+
+def test_entry_point_is_registered() -> None:
+    record = Device.records()["CPU"]
+    assert record.entry_point == "plygrad.backends.cpu.descriptor:DESCRIPTOR" and record.usable
+
+
+@pytest.mark.parametrize("n", [0, 1, 1000])
+def test_add_program_matches_numpy(cpu: CPUBackend, n: int) -> None:
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    program = cpu.load("add", cpu.compiler.compile(ADD))
+    out = cpu.allocator.alloc(4 * n)
+    assert program([out, _handle(cpu, a), _handle(cpu, b)], (1, 1, 1), None, [n]) is None
+    np.testing.assert_array_equal(_read(cpu, out, np.float32, n), a + b)
+
+
+@pytest.mark.parametrize("values", [(0, 1), ((1 << 40) + 5, -3), (-(1 << 63), (1 << 63) - 1)])
+def test_variables_arrive_as_long_long_in_order(cpu: CPUBackend, values: tuple[int, int]) -> None:
+    program = cpu.load("echo", cpu.compiler.compile(ECHO))
+    out = cpu.allocator.alloc(16)
+    program([out], (1, 1, 1), None, list(values))
+    assert _read(cpu, out, np.int64, 2).tolist() == list(values)
+
+
+def test_openmp_loop_uses_all_cores(cpu: CPUBackend) -> None:
+    program = cpu.load("thread_ids", cpu.compiler.compile(THREAD_IDS))
+    ids, roots = cpu.allocator.alloc(4 * 65536), cpu.allocator.alloc(4 * 65536)
+    seconds = program([ids, roots], (1, 1, 1), None, [], wait=True)
+    assert seconds is not None and seconds >= 0
+    np.testing.assert_allclose(_read(cpu, roots, np.float32, 65536), np.sqrt(np.arange(65536, dtype=np.float32)),
+                               rtol=1e-7)
+    threads = set(_read(cpu, ids, np.int32, 65536).tolist())
+    if "-fopenmp" in cpu.compiler.toolchain.flags and (os.cpu_count() or 1) > 1:  # type: ignore[attr-defined]
+        assert len(threads) > 1, "the omp loop ran on one thread"
+
+
+def test_compile_error_names_the_line(cpu: CPUBackend) -> None:
+    with pytest.raises(CompileError, match="undeclared_name") as info:
+        cpu.compiler.compile(BROKEN)
+    assert info.value.line == BROKEN.splitlines().index("  data0[1] = undeclared_name * 2;") + 1
+    assert info.value.source_line == "data0[1] = undeclared_name * 2;"
+    assert "line" in str(info.value)
+
+
+def test_cache_key_names_compiler_version_and_flags(cpu: CPUBackend) -> None:
+    chain = probe_toolchain()
+    key = cpu.compiler.cache_key
+    assert chain.command[0] in key and chain.version in key and "-O2" in key and "-shared" in key
+    if "-march=native" in chain.flags:
+        assert host_cpu() in key, "a -march=native binary is only valid on this CPU"
+
+
+def test_missing_function_is_a_clear_error(cpu: CPUBackend) -> None:
+    with pytest.raises(BackendError, match="no function 'nope'"):
+        cpu.load("nope", cpu.compiler.compile(ADD))
+
+
+def test_cc_pointing_nowhere_is_a_backend_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "/nonexistent/cc-that-is-not-there")
+    with pytest.raises(BackendError, match="not an executable"):
+        find_compiler_command()
+
+
+def test_no_compiler_on_path_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(BackendError, match="install gcc or clang"):
+        find_compiler_command()
+
+
+def test_cc_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "gcc -Wall")
+    assert find_compiler_command()[1:] == ("-Wall",)
+
+
+@pytest.mark.parametrize(("global_size", "local_size"), [((4, 1, 1), None), ((1, 1, 1), (8, 1, 1))])
+def test_gpu_style_launch_sizes_are_refused(cpu: CPUBackend, global_size: tuple[int, int, int],
+                                            local_size: tuple[int, int, int] | None) -> None:
+    program = cpu.load("add", cpu.compiler.compile(ADD))
+    out = cpu.allocator.alloc(0)
+    with pytest.raises(BackendError, match=r"global \(1, 1, 1\) and local None"):
+        program([out, out, out], global_size, local_size, [0])
+
+
+def test_synchronize_returns(cpu: CPUBackend) -> None:
+    cpu.synchronize()
+    cpu.synchronize()

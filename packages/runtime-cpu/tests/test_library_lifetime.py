@@ -1,0 +1,35 @@
+"""Dropping a program that started OpenMP must not unload libgomp under its parked worker threads.
+
+Run in a subprocess because the failure it guards against is a segfault that would take pytest down with it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+from cpu_programs import THREAD_IDS
+from plygrad.runtime import Device
+cpu = Device["CPU"]
+binary = cpu.compiler.compile(THREAD_IDS)
+for round in range(4):
+    program = cpu.load("thread_ids", binary)
+    ids, roots = cpu.allocator.alloc(4 * 65536), cpu.allocator.alloc(4 * 65536)
+    program([ids, roots], (1, 1, 1), None, [])
+    del program
+    gc.collect()
+    junk = [list(range(1000)) for _ in range(2000)]  # keep the interpreter busy while OpenMP threads idle
+print("survived")
+"""
+
+
+def test_dropped_openmp_programs_do_not_crash_the_process() -> None:
+    env = {**os.environ}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(Path(__file__).resolve().parent)], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and "survived" in proc.stdout, (proc.returncode, proc.stderr[-2000:])

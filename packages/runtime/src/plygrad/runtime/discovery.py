@@ -1,0 +1,82 @@
+"""Finding neighbour layers through entry points (DESIGN.md §4), with an in-process override for tests.
+
+The runtime never imports codegen or a backend by name: it asks `importlib.metadata` for the entry points of a
+group. `installed(group, name, obj)` adds an in-process plugin for the length of a `with` block, which is how tests
+(and embedders) plug in a fake backend or a hand-written lowering without building a distribution.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final
+
+BACKENDS: Final = "plygrad.backends"
+CODEGEN: Final = "plygrad.codegen"
+
+# (group, name) -> the object, pushed by `installed`; they shadow installed entry points of the same name
+_OVERRIDES: dict[tuple[str, str], object] = {}
+_LISTENERS: list[Callable[[], None]] = []
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One entry point: `value` is its "module:attr" text (or a repr for in-process ones); `load` imports it."""
+
+    group: str
+    name: str
+    value: str
+    load: Callable[[], object]
+
+
+def _installed_entry_points(group: str) -> list[Plugin]:
+    found = importlib.metadata.entry_points(group=group)
+    return [Plugin(group, ep.name, ep.value, ep.load) for ep in found]
+
+
+def plugins(group: str) -> dict[str, Plugin]:
+    """Every plugin of `group` by name: installed entry points, shadowed by in-process ones of the same name."""
+    result = {p.name: p for p in _installed_entry_points(group)}
+    for (g, name), obj in _OVERRIDES.items():
+        if g == group:
+            result[name] = Plugin(group, name, f"<in-process {obj!r}>", _constant(obj))
+    return result
+
+
+def _constant(obj: object) -> Callable[[], object]:
+    def load() -> object:
+        return obj
+
+    return load
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call `listener` whenever `installed` adds or removes a plugin (caches of discovered plugins reset there)."""
+    _LISTENERS.append(listener)
+
+
+def _changed() -> None:
+    for listener in _LISTENERS:
+        listener()
+
+
+@contextmanager
+def installed(group: str, name: str, obj: object) -> Iterator[None]:
+    """Make `obj` the plugin `name` of `group` inside the block, as if a distribution had registered it."""
+    key = (group, name)
+    previous = _OVERRIDES.get(key, _MISSING)
+    _OVERRIDES[key] = obj
+    _changed()
+    try:
+        yield
+    finally:
+        if previous is _MISSING:
+            del _OVERRIDES[key]
+        else:
+            _OVERRIDES[key] = previous
+        _changed()
+
+
+_MISSING: Final = object()

@@ -1,0 +1,124 @@
+"""The backend plugin API: what a `plygrad-foo` distribution implements so that `Device["FOO"]` works.
+
+A backend ships two things:
+- a `BackendDescriptor` named by an entry point in the `plygrad.backends` group. It is cheap: the registry reads
+  it for every installed backend (to list them, to pick the default), so the module holding it must import nothing
+  heavy. Its `factory` names, as "module:attribute", the callable that really opens the backend;
+- that factory, `factory(device: str) -> Backend`, called the first time someone asks for the device. Importing a
+  GPU driver binding, probing a compiler and the like happens here, and a failure here is recorded, not fatal.
+
+A `Backend` bundles an `Allocator` (device memory with host copies), a `Compiler` (source -> binary, with a
+`cache_key` so binaries can be cached on disk), `load` (binary -> `Program`), `synchronize`, and the `Target` that
+codegen lowers kernels for. docs/backends.md walks through writing one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from plygrad.ir.target import Target
+from plygrad.runtime.errors import BackendError
+
+Handle = TypeVar("Handle")
+
+
+@dataclass(frozen=True)
+class BackendDescriptor:
+    """What the registry knows about a backend before opening it.
+
+    `ir_major`/`ir_minor` are the opset version (plygrad.ir.OPSET_VERSION) the backend was built against: the
+    registry skips a backend whose major differs from the installed plygrad-ir's, or whose minor is newer (it may
+    rely on ops this plygrad-ir does not have). Among backends that open, the highest `priority` is the default.
+    """
+
+    name: str
+    priority: int
+    ir_major: int
+    ir_minor: int
+    factory: str  # "module:attribute" of a callable (device: str) -> Backend, imported on first use
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.isidentifier() or self.name.upper() != self.name:
+            raise BackendError(f"backend name {self.name!r} must be an upper-case identifier like 'CPU' or 'NV'")
+        module, sep, attr = self.factory.partition(":")
+        if not (sep and module and attr):
+            raise BackendError(f"backend {self.name}: factory {self.factory!r} must look like 'package.module:name'")
+
+    def load_factory(self) -> Callable[[str], Backend]:
+        """Import the factory named by `factory`; errors propagate so the registry can record them."""
+        module_name, _, attr = self.factory.partition(":")
+        module = importlib.import_module(module_name)
+        factory: Callable[[str], Backend] = getattr(module, attr)
+        return factory
+
+
+class Allocator(ABC, Generic[Handle]):
+    """Device memory. A handle is whatever the backend uses to name an allocation (a pointer, a cffi array...)."""
+
+    @abstractmethod
+    def alloc(self, nbytes: int) -> Handle:
+        """Allocate `nbytes` (0 is allowed and must work); raise MemoryError when the device is out of memory."""
+
+    @abstractmethod
+    def free(self, handle: Handle) -> None:
+        """Release an allocation; the handle is never used again."""
+
+    @abstractmethod
+    def copyin(self, handle: Handle, src: memoryview) -> None:
+        """Copy the host bytes `src` to the start of the allocation (`len(src)` <= its size)."""
+
+    @abstractmethod
+    def copyout(self, dst: memoryview, handle: Handle) -> None:
+        """Copy the first `len(dst)` bytes of the allocation into the writable host buffer `dst`."""
+
+
+class Compiler(ABC):
+    """Turns rendered source into a binary the backend can `load`."""
+
+    @property
+    @abstractmethod
+    def cache_key(self) -> str:
+        """Names the compiler, its version and its flags: binaries are cached on disk under this key (with the
+        source and the target), so anything that changes the binary for the same source must change the key."""
+
+    @abstractmethod
+    def compile(self, source: str) -> bytes:
+        """Compile `source`; raise CompileError naming the failing source line when the compiler rejects it."""
+
+
+class Program(ABC):
+    """One loaded program, callable many times."""
+
+    @abstractmethod
+    def __call__(self, buffers: Sequence[Any], global_size: tuple[int, int, int],
+                 local_size: tuple[int, int, int] | None, vals: Sequence[int], wait: bool = False) -> float | None:
+        """Launch with allocator handles in parameter order and variable values in the PROGRAM's DEFINE_VAR order.
+
+        With `wait`, block until the program finished and return its run time in seconds; otherwise return None
+        (a device may still be running it: `Backend.synchronize` waits).
+        """
+
+
+class Backend(ABC):
+    """An opened device: `Device["CPU:1"]` is one of these."""
+
+    def __init__(self, name: str, target: Target, allocator: Allocator[Any], compiler: Compiler) -> None:
+        self.name = name  # the full device name, e.g. "CPU" or "CPU:1"
+        self.target = target
+        self.allocator = allocator
+        self.compiler = compiler
+
+    @abstractmethod
+    def load(self, name: str, binary: bytes) -> Program:
+        """Load a binary produced by this backend's compiler; `name` is the entry function (ProgramInfo.name)."""
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Wait until every launched program and copy has finished."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} target={self.target.renderer}/{self.target.arch or '-'}>"
