@@ -1,0 +1,26 @@
+"""plygrad.frontend: lazy, PyTorch/tinygrad-like Tensors that build TENSOR-stage UOp graphs (docs/frontend.md).
+
+    from plygrad.frontend import Tensor, dtypes, Device
+    x = Tensor([[1.0, 2.0], [3.0, 4.0]])
+    print((x @ x.T).softmax().numpy())
+
+Realizing hands the graph, as bytes, to the `plygrad.schedulers` entry point chosen by PLYGRAD_SCHEDULER or
+`with Tensor.scheduler(name):`, and runs the schedule with plygrad.runtime.
+"""
+
+from plygrad.frontend.errors import SchedulerNotFoundError
+from plygrad.frontend.scheduling import scheduler_name
+from plygrad.frontend.tensor import Tensor
+from plygrad.ir import DType, DTypeError, ShapeError, dtypes
+from plygrad.runtime import Device
+
+__all__ = [
+    "DType",
+    "DTypeError",
+    "Device",
+    "SchedulerNotFoundError",
+    "ShapeError",
+    "Tensor",
+    "dtypes",
+    "scheduler_name",
+]

@@ -1,0 +1,111 @@
+"""Reductions and what is built from them: sum/max/min/mean/prod, softmax, log_softmax, matmul.
+
+A REDUCE in the IR keeps reduced axes as size 1 (docs/ir.md §4.6); `keepdim=False` is a RESHAPE on top, which the
+scheduler strips for free. Sums accumulate in `sum_acc_dtype` (bool and narrow integers would overflow otherwise).
+matmul is a broadcast multiply and a sum over the shared axis: the scheduler fuses the two into one kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Self
+
+from plygrad.frontend.movement import MovementOps
+from plygrad.ir import Ops, ShapeError, UOp, dtypes, result_dtype, sum_acc_dtype
+
+Axis = int | Sequence[int] | None
+
+
+class ReduceOps(MovementOps):
+    """Reductions over any axes, softmax and matrix products."""
+
+    __slots__ = ()
+
+    def _reduce(self, op: Ops, axis: Axis, keepdim: bool, name: str) -> Self:
+        axes = self._axes(axis, name)
+        if not axes:
+            return self
+        kept = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes)))
+        return kept if keepdim else kept.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis: Axis = None, keepdim: bool = False) -> Self:
+        """The sum over `axis` (all axes when None); bool and narrow integers accumulate per sum_acc_dtype."""
+        return self._cast_to(sum_acc_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim, "sum")
+
+    def prod(self, axis: Axis = None, keepdim: bool = False) -> Self:
+        return self._cast_to(sum_acc_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim, "prod")
+
+    def max(self, axis: Axis = None, keepdim: bool = False) -> Self:
+        self._nonempty_reduce(axis, "max")
+        return self._reduce(Ops.MAX, axis, keepdim, "max")
+
+    def min(self, axis: Axis = None, keepdim: bool = False) -> Self:
+        """The minimum, as max of an order-reversing map: NEG for floats, bitwise NOT for integers and bool
+        (NEG of INT_MIN would wrap)."""
+        self._nonempty_reduce(axis, "min")
+        if self.dtype.is_float:
+            return self.neg()._reduce(Ops.MAX, axis, keepdim, "min").neg()
+        ones = self._const(True if self.dtype.is_bool else -1)
+        flipped = self._alu(Ops.XOR, ones)._reduce(Ops.MAX, axis, keepdim, "min")
+        return flipped._alu(Ops.XOR, flipped._const(True if self.dtype.is_bool else -1))
+
+    def _nonempty_reduce(self, axis: Axis, name: str) -> None:
+        axes = self._axes(axis, name)
+        if any(self.shape[a] == 0 for a in axes):
+            raise ShapeError(f"{name} over axes {axes} of shape {self.shape}: a zero-size axis has no {name} "
+                             "(it has no identity); reduce over non-empty axes")
+
+    def mean(self, axis: Axis = None, keepdim: bool = False) -> Self:
+        """The average; integer inputs give the default float (NaN over zero elements, like NumPy)."""
+        axes = self._axes(axis, "mean")
+        count = 1
+        for a in axes:
+            count *= self.shape[a]
+        total = self.sum(axis, keepdim)
+        if not self.dtype.is_float:
+            total = total._cast_to(dtypes.default_float)
+        elif total.dtype is not self.dtype:
+            total = total._cast_to(self.dtype)
+        return total.div(float(count)) if count else total.mul(float("nan"))
+
+    def softmax(self, axis: int = -1) -> Self:
+        """exp(x - max) / sum(exp(x - max)) over `axis`: the max keeps exp from overflowing."""
+        x = self._float_input()
+        shifted = x.sub(x.max(axis, keepdim=True))
+        e = shifted.exp()
+        return e.div(e.sum(axis, keepdim=True))
+
+    def log_softmax(self, axis: int = -1) -> Self:
+        x = self._float_input()
+        shifted = x.sub(x.max(axis, keepdim=True))
+        return shifted.sub(shifted.exp().sum(axis, keepdim=True).log())
+
+    def matmul(self, other: Self) -> Self:
+        """NumPy's matmul: 1-D operands gain and lose an axis, leading (batch) axes broadcast."""
+        if self.ndim == 0 or other.ndim == 0:
+            raise ShapeError(f"matmul of shapes {self.shape} and {other.shape}: both operands need at least 1 axis")
+        a = self.unsqueeze(0) if self.ndim == 1 else self
+        b = other.unsqueeze(-1) if other.ndim == 1 else other
+        if a.shape[-1] != b.shape[-2]:
+            raise ShapeError(f"matmul of shapes {self.shape} and {other.shape}: inner sizes {a.shape[-1]} and "
+                             f"{b.shape[-2]} differ")
+        dt = result_dtype(self.dtype, other.dtype)
+        n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
+        left = a.reshape(*a.shape[:-2], n, 1, k)
+        right = b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k)
+        product = left._cast_to(dt).mul(right._cast_to(dt)).sum(-1)
+        product = product._cast_to(dt)  # the sum accumulated in sum_acc_dtype (bool, narrow ints)
+        if self.ndim == 1:
+            product = product.squeeze(-2)
+        if other.ndim == 1:
+            product = product.squeeze(-1)
+        return product
+
+    def dot(self, other: Self) -> Self:
+        return self.matmul(other)
+
+    def __matmul__(self, other: Self) -> Self:
+        return self.matmul(other)
+
+    def __rmatmul__(self, other: Self) -> Self:
+        return other.matmul(self)
