@@ -11,7 +11,7 @@ import pytest
 
 from plygrad.ir.argcodec import TableWriter, write_str, write_uvarint
 from plygrad.ir.dtype import AddrSpace, dtypes
-from plygrad.ir.errors import IRDecodeError, IRVersionError
+from plygrad.ir.errors import IRDecodeError, IRVerifyError, IRVersionError
 from plygrad.ir.ops import AxisType, Ops, OptOps
 from plygrad.ir.records import BufferRef, KernelInfo, Opt, ParamInfo, ProgramInfo
 from plygrad.ir.serialize import HEADER_SIZE, MAGIC, deserialize, deserialize_target, serialize, serialize_target
@@ -222,6 +222,40 @@ def test_failed_verification_is_reported_as_a_decode_error() -> None:
     with pytest.raises(IRDecodeError, match="KERNEL verification") as info:
         deserialize(data)
     assert HEADER_SIZE < info.value.offset < len(data)
+
+
+def bad_graphs() -> list[tuple[UOp, Stage]]:
+    x, n = UOp.const(dtypes.float32, 1.0), UOp.const(dtypes.int32, 1)
+    mixed = UOp(Ops.SINK, dtypes.void, (UOp(Ops.ADD, dtypes.float32, (x, n)), x))
+    wide = UOp(Ops.RESHAPE, dtypes.float32, (UOp(Ops.BUFFER, dtypes.float32, (), BufferRef(0, "CPU", 6)),), (7,))
+    return [(mixed, Stage.GRAPH), (mixed, Stage.TENSOR), (UOp(Ops.SINK, dtypes.void, (wide,)), Stage.TENSOR),
+            (program(), Stage.KERNEL), (tensor_sink(), Stage.SCHEDULE)]
+
+
+@pytest.mark.parametrize(("graph", "stage"), bad_graphs())
+def test_decoding_reports_the_error_verify_gives(graph: UOp, stage: Stage) -> None:
+    # the decoder verifies in its own record order, and must still report verify's first error and position
+    from plygrad.ir.verify import verify
+
+    with pytest.raises(IRVerifyError) as expected:
+        verify(graph, stage)
+    with pytest.raises(IRDecodeError) as info:
+        deserialize(serialize(graph, stage))
+    assert str(expected.value) in str(info.value)
+
+
+def test_a_record_the_root_does_not_reach_is_not_verified() -> None:
+    tables = TableWriter()
+    for op in (Ops.CONST, Ops.SINK):
+        tables.op_index(op)
+    for dt in (dtypes.float32, dtypes.void):
+        tables.dtype_index(dt)
+    out = bytearray(serialize(UOp(Ops.SINK))[:HEADER_SIZE])
+    tables.write_tables(out)
+    write_uvarint(out, 2)
+    out += b"\x01\x00\x01" + b"\x01\x00\x01" + b"\x01\x00\x00" + b"\x01"  # CONST float32, SINK void; no sources
+    out += b"\x03\x02" + b"\x00"  # the CONST holds the int 1, which no float32 CONST may: only the SINK is the graph
+    assert deserialize(bytes(out)) is UOp(Ops.SINK)
 
 
 # ---- writing errors ----------------------------------------------------------------------------------------------

@@ -338,34 +338,46 @@ def _operand_dtypes(op: Ops) -> frozenset[DType]:
     return _INT_DTYPES | _FLOAT_DTYPES | with_bool
 
 
-# op -> (is WHERE, is a comparison, the scalar operand dtypes it accepts): read once per node, so no enum lookups
-_ALU_SPEC: Final[dict[Ops, tuple[bool, bool, frozenset[DType]]]] = {
-    op: (op is Ops.WHERE, op in GroupOp.Comparison, _operand_dtypes(op)) for op in GroupOp.ALU
+class _AluSpec(NamedTuple):
+    is_where: bool
+    is_comparison: bool
+    accepted: frozenset[DType]  # the scalar operand dtypes
+    # operand dtype -> the dtype the result must have, filled as operand dtypes are met: a graph uses few, and the
+    # dict hit replaces the scalar()/vec() work on every node
+    results: dict[DType, DType]
+
+
+# read once per node, so no enum lookups
+_ALU_SPEC: Final[dict[Ops, _AluSpec]] = {
+    op: _AluSpec(op is Ops.WHERE, op in GroupOp.Comparison, _operand_dtypes(op), {}) for op in GroupOp.ALU
 }
 _BOOL_NAMES: Final = ", ".join(sorted(op.name for op in BOOL_ALU))
 
 
 def alu_dtypes(node: UOp) -> str | None:
     """The rules of every ALU op: no argument, one operand dtype, the result dtype, and the dtypes it accepts."""
-    is_where, is_comparison, accepted = _ALU_SPEC[node.op]
+    spec = _ALU_SPEC[node.op]
     src = node.src
     if node.arg is not None:
         return f"takes no argument, got {show(node.arg)}"
-    if is_where:
+    if spec.is_where:
         cond, operands = src[0].dtype, src[1:]
         if cond.scalar() is not _BOOL or cond.count != operands[0].dtype.count or type(cond) is not DType:
             return f"needs a bool condition as src[0], got {dtype_word(cond)}"
     else:
         operands = src
     first = operands[0].dtype
-    for s in operands[1:]:
+    for s in operands:  # the first compares with itself: cheaper than slicing off the rest
         if s.dtype is not first:
             return (f"needs operands of one dtype, got {dtype_word(first)} and {dtype_word(s.dtype)}: "
                     "CAST one of them (dtype.least_upper_dtype gives the common one)")
-    scalar = first if first.count == 1 else first.scalar()
-    if scalar not in accepted:
-        return _rejected_operand(node.op, first)
-    wanted = (_BOOL if first.count == 1 else _BOOL.vec(first.count)) if is_comparison else first
+    wanted = spec.results.get(first)
+    if wanted is None:
+        scalar = first if first.count == 1 else first.scalar()
+        if scalar not in spec.accepted:
+            return _rejected_operand(node.op, first)
+        wanted = (_BOOL if first.count == 1 else _BOOL.vec(first.count)) if spec.is_comparison else first
+        spec.results[first] = wanted
     if node.dtype is not wanted:
         return f"on {dtype_word(first)} operands must have dtype {dtype_word(wanted)}, got {dtype_word(node.dtype)}"
     return None
