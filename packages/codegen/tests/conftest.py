@@ -14,3 +14,10 @@ settings.register_profile("thorough", deadline=None, max_examples=300, suppress_
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def pytest_report_header() -> str:
+    from cg_run import compiler, compiler_version, openmp_flags
+
+    openmp = "with OpenMP" if openmp_flags() else "without OpenMP (-fopenmp does not link: pragmas are ignored)"
+    return f"C compiler: {' '.join(compiler())} ({compiler_version()}), {openmp}"

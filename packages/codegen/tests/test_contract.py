@@ -117,8 +117,16 @@ def test_variables_follow_the_buffers() -> None:
 
 def test_inputs_are_const_restrict_pointers() -> None:
     source = lower_uop(elementwise_add(dtypes.float16, 8), CPU).src[0].arg
-    assert "void E_8(_Float16* restrict data0, const _Float16* restrict data1, const _Float16* restrict data2)" \
-        in source
+    params = "plygrad_half* restrict data0, const plygrad_half* restrict data1, const plygrad_half* restrict data2"
+    assert f"void E_8({params})" in source
+
+
+def test_float16_storage_block_only_when_float16_is_used() -> None:
+    half = lower_uop(elementwise_add(dtypes.float16, 8), CPU).src[0].arg
+    assert "#ifdef __FLT16_MANT_DIG__\ntypedef _Float16 plygrad_half;" in half
+    assert half.count("_Float16") == 2  # the typedef and the conversion, both inside the #ifdef
+    single = lower_uop(elementwise_add(dtypes.float32, 8), CPU).src[0].arg
+    assert "plygrad_half" not in single and "FLT16" not in single
 
 
 def test_pass_order_is_one_list() -> None:

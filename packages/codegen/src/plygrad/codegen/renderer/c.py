@@ -14,7 +14,7 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
-from plygrad.codegen.renderer.c_types import HELPERS, PREAMBLE, c_local, c_storage, literal, round_to
+from plygrad.codegen.renderer.c_types import HELPER_OF, HELPERS, PREAMBLE, c_local, c_storage, literal, round_to
 from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, UOp, dtypes
 
 _MATH: Final[dict[Ops, str]] = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin",
@@ -81,10 +81,18 @@ class _CFunction:
         return name
 
     def param_decl(self, index: int, dtype: DType, writable: bool) -> str:
-        if dtype is dtypes.bfloat16:
-            self.helpers.add("bf16")
         const = "" if writable else "const "
-        return f"{const}{c_storage(dtype)}* restrict data{index}"
+        return f"{const}{self.storage_type(dtype)}* restrict data{index}"
+
+    def storage_type(self, dtype: DType) -> str:
+        """`c_storage(dtype)`, noting the helper that defines it or converts to it (float16, bfloat16)."""
+        self.uses(dtype)
+        return c_storage(dtype)
+
+    def uses(self, dtype: DType) -> None:
+        """The program touches values of `dtype`: include the helpers it needs, if any."""
+        if dtype in HELPER_OF:
+            self.helpers.add(HELPER_OF[dtype])
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.indent + line)
@@ -155,24 +163,23 @@ class _CFunction:
         return f"data{buf.arg}[{self.ref(index.src[1])}]"
 
     def from_storage(self, dtype: DType, expr: str) -> str:
+        self.uses(dtype)
         if dtype is dtypes.float16:
-            return f"(float)({expr})"
+            return f"plygrad_half_to_float({expr})"
         if dtype is dtypes.bfloat16:
-            self.helpers.add("bf16")
             return f"plygrad_bf16_to_float({expr})"
         return expr
 
     def to_storage(self, dtype: DType, expr: str) -> str:
+        self.uses(dtype)
         if dtype is dtypes.float16:
-            return f"(_Float16)({expr})"
+            return f"plygrad_to_half({expr})"
         if dtype is dtypes.bfloat16:
-            self.helpers.add("bf16")
             return f"plygrad_float_to_bf16({expr})"
         return expr
 
     def rounded(self, dtype: DType, expr: str) -> str:
-        if dtype is dtypes.bfloat16:
-            self.helpers.add("bf16")
+        self.uses(dtype)
         return round_to(dtype, expr)
 
     def value(self, node: UOp) -> str:
@@ -203,8 +210,8 @@ class _CFunction:
         if dtype is dtypes.bool:
             return f"({src} != 0)"
         if dtype.kind is DTypeKind.FLOAT:
-            if dtype is dtypes.float16:
-                return f"((float)(_Float16)({src}))"
+            if dtype is dtypes.float16:  # rounded once from the source type (float64, int64), not via float
+                return self.rounded(dtype, src)
             return self.rounded(dtype, f"({c_local(dtype)})({src})")
         if x.dtype.kind is DTypeKind.FLOAT:  # truncate toward zero, then wrap to the width
             if dtype is dtypes.uint64:
@@ -213,7 +220,7 @@ class _CFunction:
         return f"(({c_local(dtype)})({src}))"
 
     def bitcast(self, x: UOp, dtype: DType) -> str:
-        source_type, dest_type = c_storage(x.dtype), c_storage(dtype)
+        source_type, dest_type = self.storage_type(x.dtype), self.storage_type(dtype)
         stored = self.to_storage(x.dtype, self.ref(x))
         expr = f"((union {{ {source_type} a; {dest_type} b; }}){{ .a = {stored} }}).b"
         return self.from_storage(dtype, expr)
@@ -294,8 +301,8 @@ def _mulacc(r: _CFunction, node: UOp, a: list[str]) -> str:
     if dtype is dtypes.float64:
         return f"({a[0]} * {a[1]} + {a[2]})"
     exact = f"((double){a[0]} * (double){a[1]} + (double){a[2]})"  # the product of two floats is exact in double
-    if dtype is dtypes.float16:
-        return f"((float)(_Float16){exact})"
+    if dtype is dtypes.float16:  # rounded once from double
+        return r.rounded(dtype, exact)
     if dtype.kind is DTypeKind.FLOAT:
         return r.rounded(dtype, f"(float){exact}")
     if dtype is dtypes.index:

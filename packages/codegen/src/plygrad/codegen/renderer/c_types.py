@@ -1,8 +1,8 @@
 """C spellings for plygrad dtypes and constants, and the helper functions a C program may need.
 
 Values of float16 and bfloat16 live in `float` locals and are rounded back to their dtype after every operation
-(`round_to`), so each op is correctly rounded as docs/ir.md asks; memory holds them as `_Float16` (gcc/clang's
-IEEE half) and `uint16_t` (bfloat16 bits), converted on load and store.
+(`round_to`), so each op is correctly rounded as docs/ir.md asks; memory holds them as `plygrad_half` (float16, see
+the "f16" helper) and `uint16_t` (bfloat16 bits), converted on load and store.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ _LOCAL: Final[dict[DType, str]] = {
     dtypes.uint64: "uint64_t", dtypes.float16: "float", dtypes.bfloat16: "float", dtypes.float32: "float",
     dtypes.float64: "double", dtypes.index: "long long",
 }
-_STORAGE: Final[dict[DType, str]] = {**_LOCAL, dtypes.float16: "_Float16", dtypes.bfloat16: "uint16_t"}
+_STORAGE: Final[dict[DType, str]] = {**_LOCAL, dtypes.float16: "plygrad_half", dtypes.bfloat16: "uint16_t"}
+# the helper (a key of HELPERS) a program needs as soon as it touches a value of the dtype in any way
+HELPER_OF: Final[dict[DType, str]] = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
 
 PREAMBLE: Final = "#include <math.h>\n#include <stdint.h>\n"
 
@@ -33,6 +35,51 @@ static inline uint16_t plygrad_float_to_bf16(float f) {
   return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16); /* round to nearest even */
 }
 static inline float plygrad_round_bf16(float f) { return plygrad_bf16_to_float(plygrad_float_to_bf16(f)); }
+""",
+    # float16 in memory. `_Float16` is gcc's and clang's IEEE half, but not every compiler has it on every target
+    # (clang 14 on x86-64 rejects it); both define __FLT16_MANT_DIG__ exactly when they do. Without it the half is
+    # kept as its bits in a uint16_t and converted in C, rounding as the compiler's own conversion does: once, to
+    # nearest even (subnormals, overflow to inf), NaN quieted with the payload's top bits kept. So both branches
+    # give the same bits. plygrad_to_half takes any real value, so a float64 or int64 source is rounded once, never
+    # via float (a double holds every float exactly, and every integer up to 2^53: larger ones overflow a half).
+    "f16": """#ifdef __FLT16_MANT_DIG__
+typedef _Float16 plygrad_half;
+#define plygrad_to_half(x) ((_Float16)(x))
+#define plygrad_half_to_float(h) ((float)(h))
+#else
+typedef uint16_t plygrad_half;
+static inline uint16_t plygrad_to_half(double x) {
+  union { double d; uint64_t u; } v = { .d = x };
+  uint16_t sign = (uint16_t)((v.u >> 48) & 0x8000u);
+  uint64_t magnitude = v.u & 0x7fffffffffffffffu;
+  int exponent = (int)(magnitude >> 52) - 1023; /* |x| = 1.fraction * 2^exponent */
+  if (magnitude > 0x7ff0000000000000u) return (uint16_t)(sign | 0x7e00u | ((magnitude >> 42) & 0x3ffu)); /* NaN */
+  if (exponent > 15) return (uint16_t)(sign | 0x7c00u); /* inf, or too large for any half */
+  if (exponent < -25) return sign; /* below half the smallest subnormal (2^-24): rounds to zero */
+  uint64_t mantissa = (magnitude & 0xfffffffffffffu) | (1ull << 52); /* with the implicit leading 1 */
+  int shift = exponent < -14 ? 28 - exponent : 42; /* a subnormal half keeps fewer bits */
+  uint64_t kept = mantissa >> shift, rest = mantissa & ((1ull << shift) - 1), tie = 1ull << (shift - 1);
+  if (rest > tie || (rest == tie && (kept & 1u))) kept++; /* round to nearest, ties to even */
+  /* a normal's kept bits include the leading 1 (0x400), which adds one to the exponent field, hence + 14; a carry
+     out of the fraction moves to the next exponent, and past the largest half to inf */
+  uint64_t exponent_field = exponent < -14 ? 0 : (uint64_t)(exponent + 14) << 10;
+  return (uint16_t)(sign | (exponent_field + kept));
+}
+static inline float plygrad_half_to_float(uint16_t h) {
+  union { uint32_t u; float f; } v;
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu, fraction = h & 0x3ffu;
+  if (exponent == 0x1f) { /* inf, or NaN made quiet as the hardware does */
+    v.u = sign | 0x7f800000u | (fraction << 13) | (fraction != 0 ? 0x400000u : 0u);
+  } else if (exponent != 0) {
+    v.u = sign | ((exponent + 112) << 23) | (fraction << 13); /* rebias: 127 - 15 */
+  } else {
+    v.f = (float)fraction * 0x1p-24f; /* zero or subnormal: exact, and a normal float */
+    v.u |= sign;
+  }
+  return v.f;
+}
+#endif
+#define plygrad_round_half(x) plygrad_half_to_float(plygrad_to_half(x))
 """,
     "fmax": """static inline float plygrad_fmaxf(float a, float b) {
   if (a != a || b != b) return a + b; /* NaN propagates */
@@ -78,9 +125,12 @@ def c_storage(dtype: DType) -> str:
 
 
 def round_to(dtype: DType, expr: str) -> str:
-    """`expr` (a float computation) rounded to `dtype` when that dtype is narrower than its float local."""
+    """`expr` (a float computation) rounded to `dtype` when that dtype is narrower than its float local.
+
+    float16 rounds `expr` itself, whatever its type (a double or int64 is rounded once); bfloat16 rounds a float.
+    """
     if dtype is dtypes.float16:
-        return f"((float)(_Float16)({expr}))"
+        return f"plygrad_round_half({expr})"
     if dtype is dtypes.bfloat16:
         return f"plygrad_round_bf16({expr})"
     return expr
