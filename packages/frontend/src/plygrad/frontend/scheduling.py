@@ -48,19 +48,8 @@ def find_scheduler(name: str | None = None) -> ScheduleFn:
     """The schedule callable registered as `name` (default: `scheduler_name()`), loaded once."""
     name = scheduler_name() if name is None else name
     if name not in _LOADED:
-        found = discovery.plugins(SCHEDULERS)
-        if name not in found:
-            known = ", ".join(sorted(found)) or "none"
-            raise SchedulerNotFoundError(
-                f"no {SCHEDULERS} entry point named {name!r} (found: {known}); pip install plygrad-scheduler, "
-                "or set PLYGRAD_SCHEDULER / use Tensor.scheduler(name) with one of those found")
-        try:
-            fn = found[name].load()
-        except Exception as exc:
-            raise SchedulerNotFoundError(f"scheduler {name!r} ({found[name].value}) failed to import: {exc}") from exc
-        if not callable(fn):
-            raise SchedulerNotFoundError(f"scheduler entry point {name!r} ({found[name].value}) is not callable")
-        _LOADED[name] = fn
+        hint = "pip install plygrad-scheduler, or set PLYGRAD_SCHEDULER / use Tensor.scheduler(name) with one found"
+        _LOADED[name] = discovery.load_callable(SCHEDULERS, name, "scheduler", hint, SchedulerNotFoundError)
     return _LOADED[name]
 
 

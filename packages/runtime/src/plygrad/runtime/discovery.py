@@ -11,7 +11,7 @@ import importlib.metadata
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 BACKENDS: Final = "plygrad.backends"
 CODEGEN: Final = "plygrad.codegen"
@@ -43,6 +43,22 @@ def plugins(group: str) -> dict[str, Plugin]:
         if g == group:
             result[name] = Plugin(group, name, f"<in-process {obj!r}>", _constant(obj))
     return result
+
+
+def load_callable(group: str, name: str, what: str, hint: str, error: type[Exception]) -> Callable[..., Any]:
+    """The callable plugin `name` of `group` (a scheduler, a lowering engine), or `error` saying what was found
+    and what to do: `what` names the kind of plugin in messages, `hint` is the advice when `name` is missing."""
+    found = plugins(group)
+    if name not in found:
+        known = ", ".join(sorted(found)) or "none"
+        raise error(f"no {group} entry point named {name!r} (found: {known}); {hint}")
+    try:
+        obj = found[name].load()
+    except Exception as exc:
+        raise error(f"{what} {name!r} ({found[name].value}) failed to import: {exc}") from exc
+    if not callable(obj):
+        raise error(f"{what} entry point {name!r} ({found[name].value}) is not callable")
+    return obj
 
 
 def _constant(obj: object) -> Callable[[], object]:

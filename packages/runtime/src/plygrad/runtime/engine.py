@@ -62,18 +62,8 @@ def codegen() -> tuple[str, Lowering]:
     """The lowering callable of the `plygrad.codegen` entry point named by PLYGRAD_CODEGEN."""
     name = config.PLYGRAD_CODEGEN.get()
     if name not in _LOWERINGS:
-        found = discovery.plugins(discovery.CODEGEN)
-        if name not in found:
-            known = ", ".join(sorted(found)) or "none"
-            raise CodegenError(f"no plygrad.codegen entry point named {name!r} (found: {known}); "
-                               "pip install plygrad-codegen, or set PLYGRAD_CODEGEN to one of those found")
-        try:
-            lower = found[name].load()
-        except Exception as exc:
-            raise CodegenError(f"codegen {name!r} ({found[name].value}) failed to import: {exc}") from exc
-        if not callable(lower):
-            raise CodegenError(f"codegen entry point {name!r} ({found[name].value}) is not callable")
-        _LOWERINGS[name] = lower
+        hint = "pip install plygrad-codegen, or set PLYGRAD_CODEGEN to one of those found"
+        _LOWERINGS[name] = discovery.load_callable(discovery.CODEGEN, name, "codegen", hint, CodegenError)
     return name, _LOWERINGS[name]
 
 
