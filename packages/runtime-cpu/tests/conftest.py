@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from plygrad.runtime import testing
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 settings.register_profile("cpu", deadline=None, max_examples=10,
@@ -18,13 +20,6 @@ settings.load_profile("cpu")
 
 
 @pytest.fixture(autouse=True)
-def isolated_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    from plygrad.runtime import PROGRAMS, GlobalCounters
-
-    # PLYGRAD_FORCE_BYTES is left as the caller set it: the whole suite must pass with it on (DESIGN.md §2)
-    for name in ("DEBUG", "PLYGRAD_DEVICE", "PLYGRAD_CODEGEN", "PLYGRAD_DISABLE_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PLYGRAD_CACHE_DIR", str(tmp_path / "cache"))
-    PROGRAMS.clear_memory()
-    GlobalCounters.reset()
-    yield
+def isolated_runtime(tmp_path: Path) -> Iterator[None]:
+    with testing.isolated_runtime(tmp_path / "cache"):
+        yield

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from plygrad.runtime import testing
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # the `fakes` fixture only installs plugins, which is the same for every example
@@ -24,18 +26,9 @@ from rt_fakes import fake_plugins  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def isolated_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    from plygrad.runtime import PROGRAMS, Device, GlobalCounters
-
-    # PLYGRAD_FORCE_BYTES is left as the caller set it: the whole suite must pass with it on (DESIGN.md §2)
-    for name in ("DEBUG", "PLYGRAD_DEVICE", "PLYGRAD_CODEGEN", "PLYGRAD_DISABLE_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PLYGRAD_CACHE_DIR", str(tmp_path / "cache"))
-    PROGRAMS.clear_memory()
-    GlobalCounters.reset()
-    Device.reset()
-    yield
-    Device.reset()
+def isolated_runtime(tmp_path: Path) -> Iterator[None]:
+    with testing.isolated_runtime(tmp_path / "cache"):
+        yield
 
 
 @pytest.fixture

@@ -16,9 +16,11 @@ errors, synchronize) runs without codegen.
 
 from __future__ import annotations
 
+import os
 import unittest
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from plygrad.ir.dtype import DType, PtrDType, dtypes
 from plygrad.ir.ops import AxisType, Ops
@@ -26,6 +28,8 @@ from plygrad.ir.records import KernelInfo
 from plygrad.ir.uop import UOp
 from plygrad.runtime import config, discovery
 from plygrad.runtime.buffer import Buffer
+from plygrad.runtime.cache import PROGRAMS
+from plygrad.runtime.counters import GlobalCounters
 from plygrad.runtime.device import Device
 from plygrad.runtime.engine import run_linear
 from plygrad.runtime.errors import BackendError, CompileError
@@ -33,6 +37,35 @@ from plygrad.runtime.plugin import Backend
 
 ROUND_TRIP_SIZES = (0, 1, 3, 8, 255, 4096, 65537)
 F32, I32 = dtypes.float32, dtypes.int32
+
+
+
+# settings a test must not inherit from the shell that runs it; PLYGRAD_FORCE_BYTES is not among them on purpose:
+# the whole suite must pass with it on (DESIGN.md §2)
+_UNSET_IN_TESTS = ("DEBUG", "PLYGRAD_DEVICE", "PLYGRAD_CODEGEN", "PLYGRAD_DISABLE_CACHE")
+
+
+@contextmanager
+def isolated_runtime(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
+    """Run a block with the runtime as a fresh process has it, for test suites of the runtime and of backends:
+    the settings above unset, the disk cache in `cache_dir`, empty in-memory caches, zeroed counters and a fresh
+    device registry; the environment is restored afterwards."""
+    saved = {name: os.environ.get(name) for name in (*_UNSET_IN_TESTS, "PLYGRAD_CACHE_DIR")}
+    for name in _UNSET_IN_TESTS:
+        os.environ.pop(name, None)
+    os.environ["PLYGRAD_CACHE_DIR"] = os.fspath(cache_dir)
+    PROGRAMS.clear_memory()
+    GlobalCounters.reset()
+    Device.reset()
+    try:
+        yield
+    finally:
+        Device.reset()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _param(index: int, dtype: DType, size: int) -> UOp:
