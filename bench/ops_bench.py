@@ -71,35 +71,36 @@ def torch_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
     return cases
 
 
+def lazy_tensor_cases(make: Callable[[np.ndarray[Any, Any]], Any]) -> Callable[..., dict[str, Runner]]:
+    """The cases for a tinygrad-style lazy Tensor API (tinygrad's and plygrad's are the same by design): `make`
+    turns an array into a realized tensor, every case ends in `.realize()`."""
+
+    def cases_for(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
+        t = {k: make(v) for k, v in arrays.items()}
+        cases: dict[str, Runner] = {
+            "elementwise": lambda: ((t["a"] + t["b"]) * t["c"]).relu().realize(),
+            "sum": lambda: t["big"].sum().realize(),
+            "softmax": lambda: t["big"].softmax(1).realize(),
+            "eager": lambda: (t["small"] + 1).realize(),  # noqa: PLW0108 - a new graph each call
+        }
+        for n in MATMUL_SIZES:
+            cases[f"matmul{n}"] = lambda n=n: (t[f"m{n}"] @ t[f"m{n}"]).realize()
+        return cases
+
+    return cases_for
+
+
 def tinygrad_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
     from tinygrad import Device
     from tinygrad import Tensor as TinyTensor
 
     if Device.DEFAULT != "CPU":
         raise ImportError(f"tinygrad picked device {Device.DEFAULT}, not CPU (set DEV=CPU)")
-    t = {k: TinyTensor(v).realize() for k, v in arrays.items()}
-    cases: dict[str, Runner] = {
-        "elementwise": lambda: ((t["a"] + t["b"]) * t["c"]).relu().realize(),
-        "sum": lambda: t["big"].sum().realize(),
-        "softmax": lambda: t["big"].softmax(1).realize(),
-        "eager": lambda: (t["small"] + 1).realize(),  # noqa: PLW0108 - a new graph each call, not one bound method
-    }
-    for n in MATMUL_SIZES:
-        cases[f"matmul{n}"] = lambda n=n: (t[f"m{n}"] @ t[f"m{n}"]).realize()
-    return cases
+    return lazy_tensor_cases(lambda a: TinyTensor(a).realize())(arrays)
 
 
 def plygrad_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
-    t = {k: Tensor(v).realize() for k, v in arrays.items()}
-    cases: dict[str, Runner] = {
-        "elementwise": lambda: ((t["a"] + t["b"]) * t["c"]).relu().realize(),
-        "sum": lambda: t["big"].sum().realize(),
-        "softmax": lambda: t["big"].softmax(1).realize(),
-        "eager": lambda: (t["small"] + 1).realize(),  # noqa: PLW0108 - a new graph each call, not one bound method
-    }
-    for n in MATMUL_SIZES:
-        cases[f"matmul{n}"] = lambda n=n: (t[f"m{n}"] @ t[f"m{n}"]).realize()
-    return cases
+    return lazy_tensor_cases(lambda a: Tensor(a).realize())(arrays)
 
 
 MATMUL_SIZES = (512, 1024, 2048)
