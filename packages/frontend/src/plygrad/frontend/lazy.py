@@ -4,7 +4,8 @@ A tensor is a node of a lazy graph: nothing runs until `realize()`. The graph na
 `BufferRef` id and the runtime tracks Buffers weakly, so each tensor also holds strong references to the Buffers its
 graph reads (`inputs`): a buffer lives exactly as long as some tensor can still read it.
 
-The op layers stack on this class in one line (`elementwise` -> `movement` -> `reduce` -> `tensor`), each file one
+The op layers stack on this class in one line (`elementwise` -> `movement` -> `reduce` -> `scan` -> `indexing` ->
+`activations` -> `nn_ops` -> `creation` -> `tensor`), each file one
 kind of op, so each stays small and a method of a lower layer is always available to a higher one.
 """
 
@@ -49,6 +50,11 @@ def const_uop(dtype: DType, value: ConstType, shape: tuple[int, ...]) -> UOp:
     if not shape:
         return node
     return movement(movement(node, Ops.RESHAPE, (1,) * len(shape)), Ops.EXPAND, shape)
+
+
+def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+    """A tensor reading all of `buf` as `shape`: its BUFFER node RESHAPEd."""
+    return movement(UOp(Ops.BUFFER, buf.dtype, (), buf.ref()), Ops.RESHAPE, shape)
 
 
 def broadcast_uop(x: UOp, shape: tuple[int, ...]) -> UOp:

@@ -7,16 +7,15 @@ realized tensor then points at its output Buffer (a BUFFER + RESHAPE node) and h
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Self, TypeAlias
 
 import numpy as np
 
-from plygrad.frontend import random, scheduling
-from plygrad.frontend.lazy import Scalar, const_uop, movement, resolve_device
-from plygrad.frontend.reduce import ReduceOps
+from plygrad.frontend import scheduling
+from plygrad.frontend.creation import CreationOps
+from plygrad.frontend.lazy import Scalar, buffer_view, resolve_device
 from plygrad.ir import DType, DTypeError, Ops, ShapeError, UOp, dtypes
 from plygrad.runtime import Buffer
 
@@ -44,11 +43,7 @@ def _to_bfloat16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
 
 
-def _buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
-    return movement(UOp(Ops.BUFFER, buf.dtype, (), buf.ref()), Ops.RESHAPE, shape)
-
-
-class Tensor(ReduceOps):
+class Tensor(CreationOps):
     """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]])`, `Tensor(np_array)`, `Tensor.rand(3, 4)`."""
 
     __slots__ = ()
@@ -73,105 +68,7 @@ class Tensor(ReduceOps):
         host = _to_bfloat16_bits(array) if dt is dtypes.bfloat16 else array.astype(_numpy_dtype(dt), copy=False)
         buf = Buffer(self.device, int(array.size), dt)
         scheduling.stage_host_data(buf, np.ascontiguousarray(host).tobytes())
-        self.uop, self.inputs = _buffer_view(buf, tuple(array.shape)), frozenset((buf,))
-
-    # ---- creation ---------------------------------------------------------------------------------------------
-    @staticmethod
-    def _shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
-        dims = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        if not all(type(d) is int and d >= 0 for d in dims):
-            raise ShapeError(f"a tensor shape needs sizes that are ints >= 0, got {dims!r}")
-        return dims  # type: ignore[return-value]
-
-    @classmethod
-    def full(cls, shape: int | Sequence[int], fill: Scalar, dtype: DType | None = None,
-             device: str | None = None) -> Tensor:
-        """A constant tensor: a CONST broadcast to `shape`, which costs no memory until realized."""
-        dims = cls._shape_arg((shape,))
-        dt = dtypes.from_py(fill) if dtype is None else dtype
-        return Tensor._make(const_uop(dt, fill, dims), resolve_device(device))
-
-    @classmethod
-    def zeros(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None) -> Tensor:
-        return cls.full(cls._shape_arg(shape), 0.0, dtype or dtypes.default_float, device)
-
-    @classmethod
-    def ones(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None) -> Tensor:
-        return cls.full(cls._shape_arg(shape), 1.0, dtype or dtypes.default_float, device)
-
-    @classmethod
-    def empty(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None) -> Tensor:
-        """An uninitialized tensor: a Buffer that is allocated on first use, its contents undefined."""
-        dims = cls._shape_arg(shape)
-        buf = Buffer(resolve_device(device), math.prod(dims), dtype or dtypes.default_float)
-        return Tensor._make(_buffer_view(buf, dims), buf.device, (buf,))
-
-    @classmethod
-    def arange(cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, dtype: DType | None = None,
-               device: str | None = None) -> Tensor:
-        """`start, start+step, ...` below `stop` (`arange(n)` is 0..n-1), built lazily in the graph."""
-        if stop is None:
-            start, stop = 0, start
-        if step == 0:
-            raise ValueError("arange: step must not be zero")
-        count = max(math.ceil((stop - start) / step), 0)
-        dt = dtype or (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step))
-                       else dtypes.default_int)
-        dev = resolve_device(device)
-        counter = random.counter(count, dtypes.int32 if count < 2**31 else dtypes.int64, dev)
-        values = Tensor._make(counter, dev).cast(dt)
-        return values.mul(step).add(start).cast(dt) if (start, step) != (0, 1) else values
-
-    @classmethod
-    def eye(cls, n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None) -> Tensor:
-        """The identity matrix: a row of (1, 0 x n) repeated, cut and folded so the ones land on the diagonal."""
-        cols = n if m is None else m
-        size = max(n, cols)
-        ones = cls.ones(size, 1, dtype=dtype or dtypes.default_float, device=device)
-        square = ones.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
-        return square.shrink(((0, n), (0, cols)))
-
-    def full_like(self, fill: Scalar, dtype: DType | None = None) -> Tensor:
-        return Tensor.full(self.shape, fill, dtype or self.dtype, self.device)
-
-    def zeros_like(self, dtype: DType | None = None) -> Tensor:
-        return self.full_like(0, dtype)
-
-    def ones_like(self, dtype: DType | None = None) -> Tensor:
-        return self.full_like(1, dtype)
-
-    def empty_like(self, dtype: DType | None = None) -> Tensor:
-        return Tensor.empty(self.shape, dtype=dtype or self.dtype, device=self.device)
-
-    def rand_like(self, dtype: DType | None = None) -> Tensor:
-        return Tensor.rand(self.shape, dtype=dtype or self.dtype, device=self.device)
-
-    def randn_like(self, dtype: DType | None = None) -> Tensor:
-        return Tensor.randn(self.shape, dtype=dtype or self.dtype, device=self.device)
-
-    @staticmethod
-    def manual_seed(seed: int = 0) -> None:
-        """Make `rand`/`randn` reproducible: the same seed gives the same sequence of tensors."""
-        random.manual_seed(seed)
-
-    @classmethod
-    def rand(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None) -> Tensor:
-        """Uniform samples in [0, 1): Threefry-2x32 of a counter and the seed's key, high bits to a float."""
-        dims = cls._shape_arg(shape)
-        dt = dtype or dtypes.default_float
-        if not dt.is_float:
-            raise DTypeError(f"rand makes floats, not {dt}; cast the result to get another dtype")
-        dev = resolve_device(device)
-        return Tensor._make(random.uniform(math.prod(dims), dt, dev), dev).reshape(dims)
-
-    @classmethod
-    def randn(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None) -> Tensor:
-        """Standard normal samples by Box-Muller: sqrt(-2 ln(1-u1)) * cos(2 pi u2) of two uniform tensors."""
-        dims = cls._shape_arg(shape)
-        dt = dtype or dtypes.default_float
-        u = cls.rand(2, *dims, dtype=dtypes.float32, device=device)
-        radius = u[0].sub(1.0, reverse=True).log().mul(-2.0).sqrt()
-        return radius.mul(u[1].mul(2 * math.pi).cos()).cast(dt)
+        self.uop, self.inputs = buffer_view(buf, tuple(array.shape)), frozenset((buf,))
 
     @staticmethod
     def scheduler(name: str) -> AbstractContextManager[None]:
@@ -200,7 +97,7 @@ class Tensor(ReduceOps):
         return self
 
     def _point_at(self, buf: Buffer) -> None:
-        self.uop, self.inputs = _buffer_view(buf, self.shape), frozenset((buf,))
+        self.uop, self.inputs = buffer_view(buf, self.shape), frozenset((buf,))
 
     def contiguous(self) -> Self:
         """A tensor stored in its own buffer in row-major order (a fusion boundary for the scheduler)."""
