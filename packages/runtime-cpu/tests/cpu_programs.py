@@ -21,6 +21,45 @@ void add(float* restrict data0, const float* restrict data1, const float* restri
 }
 """
 
+# a prefix sum of 4 floats as codegen rendered it (compares and selects): GCC 12 at -O2 -march=native on an
+# AVX-512 host vectorized it wrongly ([1, 0, 6, 10]); the backend's flags must keep it right
+PREFIX_SUM: Final = PRELUDE + """
+void prefix_sum(float* restrict data0, const float* restrict data1) {
+  float v0 = data1[0LL];
+  float v1 = data1[1LL];
+  float v2 = data1[2LL];
+  float v3 = data1[3LL];
+  for (long long ridx0 = 0; ridx0 < 4LL; ridx0++) {
+    long long v4 = (ridx0 / 2LL);
+    _Bool v5 = (0LL < v4);
+    int32_t v6 = (v5 ? ((int32_t)2LL) : ((int32_t)0LL));
+    long long v7 = (ridx0 % 2LL);
+    _Bool v8 = (0LL < v7);
+    int32_t v9 = (v8 ? ((int32_t)1LL) : ((int32_t)0LL));
+    int32_t v10 = ((int32_t)((uint32_t)v6 + (uint32_t)v9));
+    _Bool v11 = (((int32_t)0LL) < v10);
+    _Bool v12 = (v10 == ((int32_t)0LL));
+    _Bool v13 = (v11 | v12);
+    float v14 = (v13 ? v0 : 0x0.0p+0f);
+    float v15 = (v14 + 0x0.0p+0f);
+    _Bool v16 = (((int32_t)1LL) < v10);
+    _Bool v17 = (v10 == ((int32_t)1LL));
+    _Bool v18 = (v16 | v17);
+    float v19 = (v18 ? v1 : 0x0.0p+0f);
+    float v20 = (v15 + v19);
+    _Bool v21 = (((int32_t)2LL) < v10);
+    _Bool v22 = (v10 == ((int32_t)2LL));
+    _Bool v23 = (v21 | v22);
+    float v24 = (v23 ? v2 : 0x0.0p+0f);
+    float v25 = (v20 + v24);
+    _Bool v26 = (v10 == ((int32_t)3LL));
+    float v27 = (v26 ? v3 : 0x0.0p+0f);
+    float v28 = (v25 + v27);
+    data0[ridx0] = v28;
+  }
+}
+"""
+
 ECHO: Final = PRELUDE + """
 void echo(int64_t* restrict data0, long long a, long long b) {
   data0[0] = a;

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from cpu_programs import ADD, BROKEN, ECHO, THREAD_IDS
+from cpu_programs import ADD, BROKEN, ECHO, PREFIX_SUM, THREAD_IDS
 
 from plygrad.backends.cpu.backend import CPUBackend, cpu_target
 from plygrad.backends.cpu.compiler import find_compiler_command, host_cpu, probe_toolchain
@@ -52,6 +52,14 @@ def test_add_program_matches_numpy(cpu: CPUBackend, n: int) -> None:
     out = cpu.allocator.alloc(4 * n)
     assert program([out, _handle(cpu, a), _handle(cpu, b)], (1, 1, 1), None, [n]) is None
     np.testing.assert_array_equal(_read(cpu, out, np.float32, n), a + b)
+
+
+def test_selects_in_a_vectorized_loop_compile_correctly(cpu: CPUBackend) -> None:
+    """A miscompile seen with GCC 12 on AVX-512 hosts (see OPTIONAL_FLAGS in the compiler module)."""
+    program = cpu.load("prefix_sum", cpu.compiler.compile(PREFIX_SUM))
+    out = cpu.allocator.alloc(16)
+    program([out, _handle(cpu, np.array([1, 2, 3, 4], np.float32))], (1, 1, 1), None, [])
+    np.testing.assert_array_equal(_read(cpu, out, np.float32, 4), [1, 3, 6, 10])
 
 
 @pytest.mark.parametrize("values", [(0, 1), ((1 << 40) + 5, -3), (-(1 << 63), (1 << 63) - 1)])

@@ -1,9 +1,10 @@
 """Compiling C with the system compiler into a shared library, as the CPU backend's `Compiler`.
 
 The compiler is found once per process (`CC`, else clang, else gcc, else cc) and its optional flags probed once:
-`-march=native` (not every compiler or arch has it) and `-fopenmp` (Apple's clang, or a gcc without libgomp, lacks
-it; programs then run their `#pragma omp` loops on one core, which is still correct). The `cache_key` names the
-compiler path, its version line and the flags, so a binary cached on disk is reused only by the same toolchain.
+`-march=native` (not every compiler or arch has it), `-mno-avx512f` (x86 only: see OPTIONAL_FLAGS) and `-fopenmp`
+(Apple's clang, or a gcc without libgomp, lacks it; programs then run their `#pragma omp` loops on one core, which
+is still correct). The `cache_key` names the compiler path, its version line and the flags, so a binary cached on
+disk is reused only by the same toolchain.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from plygrad.runtime.plugin import Compiler
 
 # -ffp-contract=off: the IR rounds after every op, so the compiler must not fuse a*b+c into one rounding
 BASE_FLAGS: Final = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
-OPTIONAL_FLAGS: Final = ("-march=native", "-fopenmp")
+# -mno-avx512f: GCC 12 at -O2 -march=native miscompiles some vectorized loops of bool selects on AVX-512 hosts
+# (a 4-element prefix sum built from compares and WHEREs came out [1, 0, 6, 10]; correct at -O1, without
+# tree vectorization, or without AVX-512). AVX2 vectorization is kept; compilers or arches without the flag skip it.
+OPTIONAL_FLAGS: Final = ("-march=native", "-mno-avx512f", "-fopenmp")
 _PROBE_SOURCE: Final = """
 #include <math.h>
 void probe(float* restrict out, long long n) {
