@@ -398,3 +398,10 @@ def test_rand_is_roughly_uniform_and_randn_roughly_normal(scheduler: str, dtype:
     z = Tensor.randn(10000, dtype=dtype).numpy().astype(np.float64)
     assert abs(z.mean()) < 0.03 and abs(z.std() - 1) < 0.03
     assert abs((np.abs(z) < 1).mean() - math.erf(1 / math.sqrt(2))) < 0.02
+
+
+def test_a_buffer_whose_reads_simplify_away_is_still_a_parameter(scheduler: str) -> None:
+    """The WHERE folds to its constant branch in codegen, so the kernel never loads x; the launch still passes x's
+    buffer, and the program must still take it (its signature is the kernel's PARAMs as they arrived)."""
+    x = Tensor([[1.0]])
+    np.testing.assert_array_equal(Tensor.arange(1).reshape(1, 1).gt(5).where(x, 0.0).numpy(), [[0.0]])

@@ -59,6 +59,9 @@ class Lowering:
     name: str = ""
     linear: list[UOp] = field(default_factory=list)
     program: UOp | None = None
+    # the kernel's buffers as it arrived: the launch passes every one of them, even a buffer whose reads the
+    # simplification removed (a WHERE folded to a constant), so the program's signature keeps them all
+    params: tuple[ParamInfo, ...] = ()
 
 
 def _verify(state: Lowering) -> Lowering:
@@ -73,7 +76,8 @@ def _verify(state: Lowering) -> Lowering:
             raise CodegenError(f"kernel {kernel_name(state.kernel)!r}: {node.op.name} has dtype {base!r}, which "
                                f"target {state.target.device}/{state.target.renderer} does not support "
                                "(Target.supported_dtypes); cast it in the frontend or pick another device")
-    return replace(state, name=program_name(state.kernel))  # named by the kernel's shape before optimization
+    # named by the kernel's shape before optimization
+    return replace(state, name=program_name(state.kernel), params=_params(state.kernel))
 
 
 def _simplify(state: Lowering) -> Lowering:
@@ -105,7 +109,7 @@ def _linearize(state: Lowering) -> Lowering:
 
 def _render(state: Lowering) -> Lowering:
     kernel = state.kernel
-    params = _params(kernel)
+    params = state.params
     variables = tuple(sorted({n for n in kernel.toposort if n.op is Ops.DEFINE_VAR}, key=lambda v: str(v.arg[0])))
     source = KernelSource(state.name, tuple(state.linear), params, variables)
     renderer = get_renderer(state.target.renderer)(state.target)
