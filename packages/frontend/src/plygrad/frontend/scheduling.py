@@ -3,19 +3,30 @@
 The frontend never imports a scheduler: it asks the `plygrad.schedulers` entry-point group (through
 `plygrad.runtime.discovery`, so `discovery.installed(...)` can plug one in for a test) for the callable named by
 `with use_scheduler(name):`, else PLYGRAD_SCHEDULER, else "default". Everything crossing to it is bytes.
+
+Realizing pays Python per call, so `run` does the byte work once per graph *structure*: the graph's BUFFERs are
+renumbered 0, 1, ... in the order the graph reaches them (device, dtype and size stay), that normalized graph is
+serialized and scheduled once, and the schedule's `ExecPlan` (plygrad.runtime: decoded, verified, lowered once) runs
+over the real Buffers by rank. So `x + 1` realized again over another `x` of the same shape costs a walk of the
+graph and the launches. With PLYGRAD_FORCE_BYTES on, every realize serializes the real graph, schedules it and
+decodes the schedule, as if each layer ran in another process: the reference the cached path is tested against.
+
+`capturing()` records every plan run inside the block into a `plygrad.runtime.Capture` (what `TinyJit` replays).
 """
 
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
 from plygrad.frontend import config
 from plygrad.frontend.errors import SchedulerNotFoundError
-from plygrad.ir import Ops, Stage, UOp, deserialize, dtypes, serialize
-from plygrad.runtime import Buffer, discovery, run_linear
+from plygrad.ir import BufferRef, Ops, Stage, UOp, deserialize, dtypes, serialize
+from plygrad.runtime import Buffer, Capture, ExecPlan, discovery, load_plan, lookup_buffer
+from plygrad.runtime.config import PLYGRAD_FORCE_BYTES
 
 SCHEDULERS: Final = "plygrad.schedulers"
 ScheduleFn = Callable[[bytes], bytes]
@@ -26,7 +37,18 @@ _LOADED: dict[str, ScheduleFn] = {}
 # so graphs can be built (and tested) without any backend installed
 _PENDING: Final[weakref.WeakKeyDictionary[Buffer, bytes]] = weakref.WeakKeyDictionary()
 
-discovery.on_change(_LOADED.clear)
+# (scheduler name, normalized SINK) -> the schedule's bytes; the runtime caches the plan of those bytes
+_SCHEDULES: Final[OrderedDict[tuple[str, UOp], bytes]] = OrderedDict()
+MAX_SCHEDULES: Final = 2048
+_CAPTURES: list[Capture] = []  # the stack of `capturing` blocks; every run is recorded into the innermost
+
+
+def _forget_plugins() -> None:
+    _LOADED.clear()
+    _SCHEDULES.clear()
+
+
+discovery.on_change(_forget_plugins)
 
 
 def scheduler_name() -> str:
@@ -77,12 +99,56 @@ def schedule_uop(roots: Sequence[UOp]) -> UOp:
     return deserialize(schedule_bytes(roots), Stage.SCHEDULE)
 
 
+def normalize(sink: UOp) -> tuple[UOp, list[int]]:
+    """`sink` with its BUFFERs renumbered 0, 1, ... in toposort order, and the real buffer id of each number."""
+    renumber: dict[UOp, UOp] = {}
+    ids: list[int] = []
+    for node in sink.toposort:
+        if node.op is Ops.BUFFER:
+            ref: BufferRef = node.arg
+            renumber[node] = UOp(Ops.BUFFER, node.dtype, (), BufferRef(len(ids), ref.device, ref.size))
+            ids.append(ref.id)
+    return (sink.substitute(renumber) if renumber else sink), ids
+
+
+def _cached_schedule(key: UOp) -> bytes:
+    """The schedule bytes of a normalized SINK, asked of the scheduler once per (scheduler, structure)."""
+    cache_key = (scheduler_name(), key)
+    data = _SCHEDULES.get(cache_key)
+    if data is None:
+        data = _SCHEDULES[cache_key] = find_scheduler()(serialize(key, Stage.TENSOR))
+        if len(_SCHEDULES) > MAX_SCHEDULES:
+            _SCHEDULES.popitem(last=False)
+    return data
+
+
+@contextmanager
+def capturing() -> Iterator[Capture]:
+    """Record every schedule run inside the block (its plan and Buffers) into the Capture this yields."""
+    capture = Capture()
+    _CAPTURES.append(capture)
+    try:
+        yield capture
+    finally:
+        _CAPTURES.pop()
+
+
 def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
     """Schedule and run `roots`; return the Buffer holding each root. `inputs` are the Buffers the graph reads."""
     unique = list(dict.fromkeys(roots))  # hash-consed: equal graphs are one node, realized once
-    data = schedule_bytes(unique)
-    linear = deserialize(data, Stage.SCHEDULE)
+    sink = UOp(Ops.SINK, dtypes.void, tuple(unique))
+    by_id = {buf.id: buf for buf in inputs}
+    plan: ExecPlan
+    if PLYGRAD_FORCE_BYTES.get():
+        plan, given = load_plan(find_scheduler()(serialize(sink, Stage.TENSOR))), by_id
+    else:
+        key, ids = normalize(sink)
+        plan = load_plan(_cached_schedule(key))
+        given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(ids)}
     flush_host_data(inputs)
-    outputs = run_linear(data, {buf.id: buf for buf in inputs})
-    by_root = {root: outputs[i] for root, i in zip(unique, linear.arg, strict=True)}
+    bufs = plan.bind(given)
+    plan.execute(bufs)
+    if _CAPTURES:
+        _CAPTURES[-1].record(plan, bufs)
+    by_root = {root: plan.output_buffer(bufs, n, given) for n, root in enumerate(unique)}
     return [by_root[root] for root in roots]

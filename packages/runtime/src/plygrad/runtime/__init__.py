@@ -1,15 +1,18 @@
 """plygrad.runtime: the execution engine (DESIGN.md §1, §4).
 
 The backend registry (`Device`), runtime memory (`Buffer`), `run_linear` (a SCHEDULE-stage LINEAR in, its output
-buffers out), the program cache, `GlobalCounters`, and the backend plugin API (`BackendDescriptor`, `Allocator`,
-`Compiler`, `Program`, `Backend`). Codegen and backends are found through entry points, never imported by name.
+buffers out), execution plans cached per schedule (`load_plan`, `ExecPlan`), recorded launches to replay over other
+buffers (`Capture`, what a jit builds on), the program cache, `GlobalCounters`, and the backend plugin API
+(`BackendDescriptor`, `Allocator`, `Compiler`, `Program`, `Backend`). Codegen and backends are found through
+entry points, never imported by name.
 """
 
 from plygrad.runtime.buffer import Buffer, lookup_buffer
 from plygrad.runtime.cache import PROGRAMS, CacheStats, ProgramCache
+from plygrad.runtime.capture import Capture
 from plygrad.runtime.counters import GlobalCounters
 from plygrad.runtime.device import BackendRecord, BackendStatus, Device, DeviceRegistry, canonical_device
-from plygrad.runtime.engine import prepare_kernel, run_linear
+from plygrad.runtime.engine import run_linear
 from plygrad.runtime.errors import (
     BackendError,
     CodegenError,
@@ -18,6 +21,8 @@ from plygrad.runtime.errors import (
     RuntimeLayerError,
     ScheduleError,
 )
+from plygrad.runtime.lowering import LoadedProgram, prepare_kernel
+from plygrad.runtime.plan import ExecPlan, clear_plans, load_plan
 from plygrad.runtime.plugin import Allocator, Backend, BackendDescriptor, Compiler, Program
 
 __all__ = [
@@ -30,18 +35,23 @@ __all__ = [
     "BackendStatus",
     "Buffer",
     "CacheStats",
+    "Capture",
     "CodegenError",
     "CompileError",
     "Compiler",
     "Device",
     "DeviceRegistry",
+    "ExecPlan",
     "GlobalCounters",
     "InvalidBufferError",
+    "LoadedProgram",
     "Program",
     "ProgramCache",
     "RuntimeLayerError",
     "ScheduleError",
     "canonical_device",
+    "clear_plans",
+    "load_plan",
     "lookup_buffer",
     "prepare_kernel",
     "run_linear",

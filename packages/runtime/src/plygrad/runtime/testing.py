@@ -33,6 +33,7 @@ from plygrad.runtime.counters import GlobalCounters
 from plygrad.runtime.device import Device
 from plygrad.runtime.engine import run_linear
 from plygrad.runtime.errors import BackendError, CompileError
+from plygrad.runtime.plan import clear_plans
 from plygrad.runtime.plugin import Backend
 
 ROUND_TRIP_SIZES = (0, 1, 3, 8, 255, 4096, 65537)
@@ -55,6 +56,7 @@ def isolated_runtime(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
         os.environ.pop(name, None)
     os.environ["PLYGRAD_CACHE_DIR"] = os.fspath(cache_dir)
     PROGRAMS.clear_memory()
+    clear_plans()
     GlobalCounters.reset()
     Device.reset()
     try:

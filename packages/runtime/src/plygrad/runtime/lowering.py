@@ -1,0 +1,84 @@
+"""Lowering a kernel for a device: its SINK, serialized, goes with the device's `Target` to the lowering engine.
+
+The engine is the `plygrad.codegen` entry point named by PLYGRAD_CODEGEN; it gets KERNEL-stage bytes and a
+serialized `Target` and returns PROGRAM-stage bytes (DESIGN.md §2). The PROGRAM is compiled by the backend's
+compiler through the program cache and loaded once per (device, PROGRAM bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from plygrad.ir.errors import IRError
+from plygrad.ir.records import ProgramInfo
+from plygrad.ir.serialize import deserialize, serialize
+from plygrad.ir.stage import Stage
+from plygrad.ir.uop import UOp
+from plygrad.runtime import config, discovery
+from plygrad.runtime.cache import PROGRAMS
+from plygrad.runtime.errors import CodegenError, RuntimeLayerError
+from plygrad.runtime.plugin import Backend, Program
+
+Lowering = Callable[[bytes, bytes], bytes]
+
+
+@dataclass(frozen=True)
+class LoadedProgram:
+    """A kernel ready to launch on one device: launch info, variable order, source (for DEBUG) and the program."""
+
+    info: ProgramInfo
+    var_names: tuple[str, ...]
+    source: str
+    program: Program
+
+
+_LOWERINGS: dict[str, Lowering] = {}
+_LOADED: Final[dict[tuple[str, bytes], LoadedProgram]] = {}
+
+
+def _forget_plugins() -> None:
+    """A plugin was swapped in or out: lowering results of the old one must not be served for the new one."""
+    _LOWERINGS.clear()
+    _LOADED.clear()
+    PROGRAMS.forget_lowerings()
+
+
+discovery.on_change(_forget_plugins)
+
+
+def codegen() -> tuple[str, Lowering]:
+    """The lowering callable of the `plygrad.codegen` entry point named by PLYGRAD_CODEGEN."""
+    name = config.PLYGRAD_CODEGEN.get()
+    if name not in _LOWERINGS:
+        hint = "pip install plygrad-codegen, or set PLYGRAD_CODEGEN to one of those found"
+        _LOWERINGS[name] = discovery.load_callable(discovery.CODEGEN, name, "codegen", hint, CodegenError)
+    return name, _LOWERINGS[name]
+
+
+def prepare_kernel(backend: Backend, body: UOp, name: str = "kernel") -> LoadedProgram:
+    """Lower, compile and load a kernel SINK for `backend` (each step cached)."""
+    kernel = serialize(body, Stage.KERNEL)
+    target = backend.target.to_bytes()
+    codegen_name, lower = codegen()
+    try:
+        program_bytes = PROGRAMS.lower(codegen_name, lower, kernel, target)
+    except RuntimeLayerError:
+        raise
+    except Exception as exc:
+        raise CodegenError(f"codegen {codegen_name!r} failed to lower kernel {name!r} for {backend.name}: "
+                           f"{type(exc).__name__}: {exc}") from exc
+    key = (backend.name, program_bytes)
+    if key not in _LOADED:
+        try:
+            program = deserialize(program_bytes, Stage.PROGRAM)
+        except IRError as exc:
+            raise CodegenError(f"codegen {codegen_name!r} returned an invalid PROGRAM for kernel {name!r}: "
+                               f"{exc}") from exc
+        info: ProgramInfo = program.arg
+        source: str = program.src[0].arg
+        binary = PROGRAMS.compile(backend.compiler, target, source)
+        var_names = tuple(str(v.arg[0]) for v in program.src[1:])
+        _LOADED[key] = LoadedProgram(info, var_names, source, backend.load(info.name, binary))
+    return _LOADED[key]

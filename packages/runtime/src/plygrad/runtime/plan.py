@@ -1,0 +1,236 @@
+"""Execution plans: a schedule decoded, verified and lowered once, then run many times over any buffers.
+
+Running a schedule used to cost far more in Python than the kernels of a small op: decoding and verifying the
+LINEAR, and for every CALL serializing its kernel and the device `Target` again just to find the lowered program
+in the cache. An `ExecPlan` does that work once per distinct schedule and keeps what a run needs: the schedule's
+buffers as numbered slots (id, device, size, dtype), and each step as a loaded program over slot numbers with its
+variable values, or a copy between two slots. A run only resolves slots to Buffers and launches.
+
+`load_plan(schedule)` caches plans by the schedule bytes (or by the UOp, which is hash-consed, so identity is
+structure). Nothing is skipped that would change a result: the first time a schedule is seen it is decoded and
+verified like any other, and each kernel is lowered from its serialized bytes through the program cache, so a plan
+holds exactly what the byte path produces. With PLYGRAD_FORCE_BYTES on, no plan is cached: every run decodes the
+bytes and looks every program up again, which is the reference the plan cache is tested against (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from plygrad.ir.dtype import DType
+from plygrad.ir.ops import Ops
+from plygrad.ir.records import BufferRef, KernelInfo
+from plygrad.ir.serialize import deserialize, serialize
+from plygrad.ir.stage import Stage
+from plygrad.ir.uop import UOp
+from plygrad.ir.verify import verify
+from plygrad.runtime import config, discovery
+from plygrad.runtime.buffer import Buffer, lookup_buffer
+from plygrad.runtime.counters import GlobalCounters, kernel_line, opts_line
+from plygrad.runtime.device import Device, canonical_device
+from plygrad.runtime.errors import ScheduleError
+from plygrad.runtime.lowering import LoadedProgram, prepare_kernel
+
+MAX_PLANS: Final = 2048
+
+
+@dataclass(frozen=True)
+class BufferSlot:
+    """One buffer of a schedule: its id there (negative: the schedule's own, fresh per run) and what it holds."""
+
+    id: int
+    device: str
+    size: int
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """Launch `loaded` on `device` with the buffers of `slots` (parameter order) and variable values `vals`."""
+
+    device: str
+    loaded: LoadedProgram
+    slots: tuple[int, ...]
+    vals: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CopyStep:
+    """Copy slot `src` into slot `dst` through host memory (works between any two devices)."""
+
+    dst: int
+    src: int
+
+
+Step = KernelStep | CopyStep
+
+
+def _kernel_name(body: UOp, call_name: object) -> str:
+    if isinstance(body.arg, KernelInfo) and body.arg.name:
+        return body.arg.name
+    return call_name if isinstance(call_name, str) and call_name else "kernel"
+
+
+class ExecPlan:
+    """A verified schedule with its programs loaded (see the module docstring). Build with `ExecPlan.build`."""
+
+    def __init__(self, slots: tuple[BufferSlot, ...], steps: tuple[Step, ...], outputs: tuple[int, ...]) -> None:
+        self.slots = slots
+        self.steps = steps
+        self.outputs = outputs  # LINEAR.arg: the buffer id realizing each source of the tensor SINK
+        self.slot_of = {slot.id: i for i, slot in enumerate(slots)}
+        self.output_slots = tuple(self.slot_of.get(i, -1) for i in outputs)
+
+    @staticmethod
+    def build(linear: UOp) -> ExecPlan:
+        """Lower and load every kernel of a verified SCHEDULE-stage LINEAR."""
+        slot_of: dict[int, int] = {}
+        slots: list[BufferSlot] = []
+
+        def slot(node: UOp) -> int:
+            ref: BufferRef = node.arg
+            if ref.id not in slot_of:
+                slot_of[ref.id] = len(slots)
+                slots.append(BufferSlot(ref.id, canonical_device(ref.device), ref.size, node.dtype))
+            return slot_of[ref.id]
+
+        steps: list[Step] = []
+        for call in linear.src:
+            body = call.src[0]
+            used = tuple(slot(s) for s in call.src[1:] if s.op is Ops.BUFFER)
+            if body.op is Ops.COPY:
+                steps.append(CopyStep(used[0], used[1]))
+            else:
+                steps.append(_kernel_step(call, [slots[i] for i in used], used))
+        return ExecPlan(tuple(slots), tuple(steps), tuple(linear.arg))
+
+    # ---- running ----------------------------------------------------------------------------------------------
+    def bind(self, buffers: Mapping[int, Buffer] | None = None) -> list[Buffer]:
+        """The Buffer of every slot: given by id in `buffers`, else a fresh one for a negative id, else the live
+        Buffer of that id. ScheduleError when a Buffer does not match what the schedule says it holds."""
+        given = buffers or {}
+        bound: list[Buffer] = []
+        for slot in self.slots:
+            buf = given.get(slot.id)
+            if buf is None:
+                buf = Buffer(slot.device, slot.size, slot.dtype) if slot.id < 0 else lookup_buffer(slot.id)
+            elif buf.device != slot.device or buf.size != slot.size or buf.dtype is not slot.dtype:
+                raise ScheduleError(f"schedule buffer {slot.id} is {slot.size} x {slot.dtype} on {slot.device}, but "
+                                    f"the Buffer given for it is {buf.size} x {buf.dtype} on {buf.device}")
+            bound.append(buf)
+        return bound
+
+    def execute(self, bufs: Sequence[Buffer]) -> None:
+        """Run every step over `bufs` (one Buffer per slot, as `bind` returns them)."""
+        debug = config.DEBUG.get()
+        start = time.perf_counter()
+        for step in self.steps:
+            if isinstance(step, CopyStep):
+                copy_buffer(bufs[step.dst], bufs[step.src])
+            else:
+                launch(step.device, step.loaded, [bufs[i].handle for i in step.slots], step.vals, debug)
+        if debug >= 1:
+            print(f"run_linear: {self.kernel_count} kernels, {len(self.steps) - self.kernel_count} copies in "
+                  f"{(time.perf_counter() - start) * 1e3:.2f} ms")
+
+    def run(self, buffers: Mapping[int, Buffer] | None = None) -> dict[int, Buffer]:
+        """Bind, execute, and return the Buffer realizing each id of `outputs`, keyed by that id."""
+        bufs = self.bind(buffers)
+        self.execute(bufs)
+        return {i: self.output_buffer(bufs, n, buffers) for n, i in enumerate(self.outputs)}
+
+    def output_buffer(self, bufs: Sequence[Buffer], n: int, given: Mapping[int, Buffer] | None = None) -> Buffer:
+        """The Buffer realizing output `n` after a run over `bufs` (an output no CALL uses is looked up by id)."""
+        index = self.output_slots[n]
+        if index >= 0:
+            return bufs[index]
+        buffer_id = self.outputs[n]
+        return given[buffer_id] if given and buffer_id in given else lookup_buffer(buffer_id)
+
+    @property
+    def kernel_count(self) -> int:
+        return sum(1 for s in self.steps if isinstance(s, KernelStep))
+
+    def __repr__(self) -> str:
+        return f"<ExecPlan {len(self.slots)} buffers, {self.kernel_count} kernels, {len(self.steps)} steps>"
+
+
+def _kernel_step(call: UOp, bufs: list[BufferSlot], used: tuple[int, ...]) -> KernelStep:
+    body = call.src[0]
+    name = _kernel_name(body, call.arg)
+    devices = sorted({b.device for b in bufs})
+    if len(devices) != 1:
+        raise ScheduleError(f"kernel {name!r} uses buffers on {', '.join(devices)}: a kernel runs on one device, "
+                            "so the schedule must COPY its inputs there first")
+    loaded = prepare_kernel(Device[devices[0]], body, name)
+    info = loaded.info
+    if len(info.params) != len(bufs):
+        raise ScheduleError(f"program {info.name!r} takes {len(info.params)} buffers, the CALL gives {len(bufs)}")
+    for param, buf in zip(info.params, bufs, strict=True):
+        if param.dtype is not buf.dtype or param.size > buf.size:
+            raise ScheduleError(f"program {info.name!r} parameter {param.index} is {param.size} x {param.dtype}, "
+                                f"but buffer {buf.id} is {buf.size} x {buf.dtype}")
+    binds = {str(b.src[0].arg[0]): int(b.src[1].arg) for b in call.src[1:] if b.op is Ops.BIND}
+    missing = [v for v in loaded.var_names if v not in binds]
+    if missing:
+        raise ScheduleError(f"program {info.name!r} needs variables {missing} that the CALL does not bind")
+    return KernelStep(devices[0], loaded, used, tuple(binds[v] for v in loaded.var_names))
+
+
+def launch(device: str, loaded: LoadedProgram, handles: list[object], vals: Sequence[int], debug: int) -> None:
+    """One kernel launch, counted in GlobalCounters and reported at DEBUG >= 2."""
+    info = loaded.info
+    if debug >= 4:
+        print(loaded.source)
+    seconds = loaded.program(handles, info.global_size, info.local_size, vals, wait=debug >= 2)
+    GlobalCounters.record(info, seconds)
+    if debug >= 2:
+        print(kernel_line(device, info, seconds))
+    if debug >= 3:
+        print(opts_line(info))
+
+
+def copy_buffer(dst: Buffer, src: Buffer) -> None:
+    """COPY through host memory: correct between any two devices (a backend-to-backend path can come later)."""
+    staging = bytearray(src.nbytes)
+    src.copyout_into(staging)
+    dst.copyin(staging)
+
+
+# ---- the plan cache -------------------------------------------------------------------------------------------
+_PLANS: Final[OrderedDict[tuple[str, bytes | UOp], ExecPlan]] = OrderedDict()
+
+
+def clear_plans() -> None:
+    """Forget every cached plan (a plugin was swapped, or a test wants a fresh runtime)."""
+    _PLANS.clear()
+
+
+discovery.on_change(clear_plans)
+
+
+def read_schedule(schedule: bytes | UOp) -> UOp:
+    """The verified LINEAR of `schedule` (a UOp is round-tripped through bytes when PLYGRAD_FORCE_BYTES is on)."""
+    if isinstance(schedule, UOp):
+        if config.PLYGRAD_FORCE_BYTES.get():
+            return deserialize(serialize(schedule, Stage.SCHEDULE), Stage.SCHEDULE)
+        verify(schedule, Stage.SCHEDULE)
+        return schedule
+    return deserialize(schedule, Stage.SCHEDULE)
+
+
+def load_plan(schedule: bytes | UOp) -> ExecPlan:
+    """The plan of a schedule (bytes or LINEAR UOp), built once per distinct schedule and lowering engine."""
+    if config.PLYGRAD_FORCE_BYTES.get():
+        return ExecPlan.build(read_schedule(schedule))
+    key = (config.PLYGRAD_CODEGEN.get(), schedule)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = ExecPlan.build(read_schedule(schedule))
+        if len(_PLANS) > MAX_PLANS:
+            _PLANS.popitem(last=False)
+    return plan
