@@ -35,7 +35,7 @@ def _close(got: Array, want: Array, atol: float, rtol: float, what: str) -> None
 
 
 def to_torch(a: Array, requires_grad: bool = False) -> torch.Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(a).copy())
+    t = torch.from_numpy(np.array(a, copy=True, order="C"))  # np.array keeps 0-d arrays 0-d
     return t.requires_grad_(requires_grad)
 
 

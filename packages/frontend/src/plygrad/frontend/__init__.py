@@ -9,8 +9,9 @@ Realizing hands the graph, as bytes, to the `plygrad.schedulers` entry point cho
 """
 
 from plygrad.frontend.errors import SchedulerNotFoundError
+from plygrad.frontend.jit import JitError, TinyJit
 from plygrad.frontend.scheduling import scheduler_name
-from plygrad.frontend.tensor import Tensor
+from plygrad.frontend.tensor import Tensor, enable_grad, no_grad
 from plygrad.ir import DType, DTypeError, ShapeError, dtypes
 from plygrad.runtime import Device
 
@@ -18,9 +19,13 @@ __all__ = [
     "DType",
     "DTypeError",
     "Device",
+    "JitError",
     "SchedulerNotFoundError",
     "ShapeError",
     "Tensor",
+    "TinyJit",
     "dtypes",
+    "enable_grad",
+    "no_grad",
     "scheduler_name",
 ]

@@ -11,11 +11,13 @@ kind of op, so each stays small and a method of a lower layer is always availabl
 
 from __future__ import annotations
 
+import atexit
 import math
+import weakref
 from collections.abc import Iterable, Sequence
-from typing import Self, TypeAlias
+from typing import ClassVar, Final, Self, TypeAlias
 
-from plygrad.ir import ConstType, DType, Ops, ShapeError, UOp, broadcast_shapes, dtypes
+from plygrad.ir import ConstType, DType, DTypeError, Ops, ShapeError, UOp, broadcast_shapes, dtypes
 from plygrad.runtime import Buffer, Device, canonical_device
 from plygrad.runtime.config import PLYGRAD_DEVICE
 
@@ -57,6 +59,24 @@ def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     return movement(UOp(Ops.BUFFER, buf.dtype, (), buf.ref()), Ops.RESHAPE, shape)
 
 
+# Gradient stops: identity RESHAPEs made by `stop_gradient`. The frontend's movement ops never build an identity
+# view (reshape to the same shape returns the tensor itself) and the scheduler strips them for free, so such a node
+# costs nothing at run time while giving `detach()` and no_grad results a node of their own that autograd does not
+# walk through. Kept weakly: a stop lives exactly as long as some graph holds it.
+_STOPS: Final[weakref.WeakSet[UOp]] = weakref.WeakSet()
+
+
+def stop_gradient(x: UOp) -> UOp:
+    """`x` unchanged in value, but a node autograd does not differentiate through (see `is_gradient_stop`)."""
+    node = movement(x, Ops.RESHAPE, shape_of(x))
+    _STOPS.add(node)
+    return node
+
+
+def is_gradient_stop(node: UOp) -> bool:
+    return node.op is Ops.RESHAPE and node in _STOPS
+
+
 def broadcast_uop(x: UOp, shape: tuple[int, ...]) -> UOp:
     """`x` broadcast to `shape` (NumPy rules): RESHAPE to add leading axes, then EXPAND the size-1 ones."""
     have = shape_of(x)
@@ -74,24 +94,109 @@ def broadcast_uop(x: UOp, shape: tuple[int, ...]) -> UOp:
 
 
 class LazyTensor:
-    """The lazy graph node behind a Tensor; the op methods live in the layers above."""
+    """The lazy graph node behind a Tensor; the op methods live in the layers above.
 
-    __slots__ = ("__weakref__", "device", "inputs", "uop")
+    Autograd state lives here too, so every op layer propagates it through `_new`: `requires_grad` (None: not
+    decided, the default of new tensors; True: gradients flow to this tensor; False: they do not) and `grad` (filled
+    by `backward()`).
+    """
+
+    __slots__ = ("__weakref__", "_requires_grad", "device", "grad", "inputs", "uop")
 
     uop: UOp
     device: str
     inputs: frozenset[Buffer]
+    _requires_grad: bool | None
+    grad: LazyTensor | None
+
+    # Tensor redeclares both; ops read them through the instance, so `Tensor.no_grad = True` takes effect
+    no_grad: ClassVar[bool] = False
+    training: ClassVar[bool] = False
 
     @classmethod
-    def _make(cls, uop: UOp, device: str, inputs: Iterable[Buffer] = ()) -> Self:
+    def _make(cls, uop: UOp, device: str, inputs: Iterable[Buffer] = (), requires_grad: bool | None = None) -> Self:
         obj = object.__new__(cls)
         obj.uop, obj.device, obj.inputs = uop, device, frozenset(inputs)
+        obj._requires_grad, obj.grad = requires_grad, None
         return obj
 
     def _new(self, uop: UOp, *others: LazyTensor) -> Self:
-        """A tensor computed from this one (and `others`): it keeps every Buffer they read alive."""
+        """A tensor computed from this one (and `others`): it keeps every Buffer they read alive, and requires grad
+        when one of them does (unless `no_grad` is on, or the result is not floating point, like PyTorch)."""
         inputs = self.inputs.union(*(o.inputs for o in others)) if others else self.inputs
-        return self._make(uop, self.device, inputs)
+        uop, requires_grad = self._derived_grad(uop, self, *others)
+        return self._make(uop, self.device, inputs, requires_grad)
+
+    def _derived_grad(self, uop: UOp, *parents: LazyTensor) -> tuple[UOp, bool]:
+        """The node and requires_grad of a result computed from `parents`. Under no_grad a result computed from
+        tensors that require grad is wrapped in a gradient stop: its graph still contains theirs, and autograd must
+        not see through it when the result is later used beside them."""
+        if not any(p._requires_grad for p in parents):
+            return uop, False
+        if self.no_grad:
+            return stop_gradient(uop), False
+        return uop, uop.dtype.is_float
+
+    # ---- autograd state -----------------------------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool | None:
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        self._set_requires_grad(value)
+
+    def _set_requires_grad(self, value: bool | None) -> None:
+        """Overridden by Tensor, which also makes the tensor a leaf with a node of its own."""
+        self._requires_grad = value
+
+    def assign(self, value: LazyTensor | Scalar) -> Self:
+        """Write `value` into this tensor in place and return it (PyTorch's `copy_`, tinygrad's `assign`).
+
+        When this tensor is a view of a Buffer (possibly reshaped, permuted, shrunk or flipped) the result is an
+        ASSIGN node: realizing it writes into that memory, so every view of the buffer sees the new values. A lazy
+        tensor (a graph with no memory of its own) just takes `value`'s graph. `value` must have this tensor's
+        shape, dtype and device; a Python scalar is broadcast. The write is recorded for autograd like any op
+        (gradients flow to `value`), except into a leaf that requires grad, which stays a leaf.
+        """
+        if isinstance(value, LazyTensor):
+            if value.device != self.device:
+                raise ValueError(f"assign: the value is on {value.device} but the tensor is on {self.device}; move "
+                                 "it with .to(device) first")
+            if value.dtype is not self.dtype:
+                raise DTypeError(f"assign: a {value.dtype.name} value into a {self.dtype.name} tensor; cast it "
+                                 f"with .cast(dtypes.{self.dtype.name}) first")
+            if value.shape != self.shape:
+                raise ShapeError(f"assign: a value of shape {value.shape} into a tensor of shape {self.shape}; "
+                                 "reshape or expand it first")
+        elif isinstance(value, (bool, int, float)):
+            value = self._const(value)
+        else:
+            raise TypeError(f"assign: unsupported value type {type(value).__name__} (use a Tensor or a Python scalar)")
+        if value.uop is self.uop:
+            return self
+        requires_grad: bool | None
+        if self._is_grad_leaf():  # a leaf keeps its identity: the value's history does not flow into it
+            new_uop, requires_grad = (stop_gradient(value.uop) if value._requires_grad else value.uop), True
+        else:
+            new_uop, requires_grad = self._derived_grad(value.uop, value)
+            if not requires_grad and self._requires_grad is None:
+                requires_grad = None
+        target = buffer_target(self.uop)
+        if target is None:
+            self.uop, self.inputs = new_uop, value.inputs
+        else:
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (target, new_uop))
+            self.inputs = self.inputs | value.inputs
+            waiting = PENDING_ASSIGNS.setdefault(written_buffer(target).arg.id, [])
+            if not any(t is self for t in waiting):
+                waiting.append(self)
+        self._requires_grad = requires_grad
+        return self
+
+    def _is_grad_leaf(self) -> bool:
+        """Overridden by Tensor (autograd keeps the registry of leaves)."""
+        return False
 
     # ---- properties -------------------------------------------------------------------------------------------
     @property
@@ -150,6 +255,35 @@ class LazyTensor:
         while node.op is Ops.RESHAPE:
             node = node.src[0]
         return node.op is Ops.BUFFER
+
+
+_WRITABLE_VIEWS: Final = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP})
+
+# In-place writes, so that every reader of a buffer sees them once, in order (docs/autograd.md, "assign"):
+# PENDING_ASSIGNS: buffer id -> tensors holding an ASSIGN into it not yet run (held strongly: `x[1:3].assign(v)`
+# drops its tensor at once, and the write must still happen). realize() runs these first for any buffer it reads.
+# DONE_ASSIGNS: ASSIGN nodes already run -> their target view; a graph built while one was pending still holds it,
+# and realize() replaces it by the view so the write is not done twice.
+PENDING_ASSIGNS: Final[dict[int, list[LazyTensor]]] = {}
+DONE_ASSIGNS: Final[weakref.WeakKeyDictionary[UOp, UOp]] = weakref.WeakKeyDictionary()
+atexit.register(PENDING_ASSIGNS.clear)  # its tensors' Buffers must go before shutdown tears down the backends
+
+
+def written_buffer(target: UOp) -> UOp:
+    while target.op is not Ops.BUFFER:
+        target = target.src[0]
+    return target
+
+
+def buffer_target(uop: UOp) -> UOp | None:
+    """The view of a Buffer that an assign into `uop` writes through (its pending ASSIGN's target if it has one),
+    or None when `uop` has no memory to write (a lazy graph, or a padded or expanded view)."""
+    if uop.op is Ops.ASSIGN:
+        uop = uop.src[0]
+    node = uop
+    while node.op in _WRITABLE_VIEWS:
+        node = node.src[0]
+    return uop if node.op is Ops.BUFFER else None
 
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)

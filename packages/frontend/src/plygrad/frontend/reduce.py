@@ -1,8 +1,10 @@
 """Reductions and what is built from them: sum/max/min/mean/prod, softmax, log_softmax, matmul.
 
 A REDUCE in the IR keeps reduced axes as size 1 (docs/ir.md §4.6); `keepdim=False` is a RESHAPE on top, which the
-scheduler strips for free. Sums accumulate in `sum_acc_dtype` (bool and narrow integers would overflow otherwise).
-matmul is a broadcast multiply and a sum over the shared axis: the scheduler fuses the two into one kernel.
+scheduler strips for free. Sums accumulate in `sum_acc_dtype` (bool and narrow integers would overflow otherwise);
+float16 and bfloat16 accumulate in float32 and round once at the end, as PyTorch does, since a long half-precision
+running sum loses every small addend. matmul is a broadcast multiply and a sum over the shared axis: the scheduler
+fuses the two into one kernel.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from collections.abc import Sequence
 from typing import Self
 
 from plygrad.frontend.movement import MovementOps
-from plygrad.ir import Ops, ShapeError, UOp, dtypes, result_dtype, sum_acc_dtype
+from plygrad.ir import DType, Ops, ShapeError, UOp, dtypes, result_dtype, sum_acc_dtype
 
 Axis = int | Sequence[int] | None
+HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 
 
 class ReduceOps(MovementOps):
@@ -28,12 +31,20 @@ class ReduceOps(MovementOps):
         kept = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes)))
         return kept if keepdim else kept.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
 
-    def sum(self, axis: Axis = None, keepdim: bool = False) -> Self:
-        """The sum over `axis` (all axes when None); bool and narrow integers accumulate per sum_acc_dtype."""
-        return self._cast_to(sum_acc_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim, "sum")
+    def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Self:
+        """The sum over `axis` (all axes when None; `()` reduces nothing, like NumPy). Bool and narrow integers
+        accumulate per sum_acc_dtype; `dtype` casts the input first and is then the result's dtype (PyTorch)."""
+        return self._accumulate(Ops.ADD, axis, keepdim, dtype, "sum")
 
-    def prod(self, axis: Axis = None, keepdim: bool = False) -> Self:
-        return self._cast_to(sum_acc_dtype(self.dtype))._reduce(Ops.MUL, axis, keepdim, "prod")
+    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Self:
+        """The product over `axis`, with sum's dtype rules."""
+        return self._accumulate(Ops.MUL, axis, keepdim, dtype, "prod")
+
+    def _accumulate(self, op: Ops, axis: Axis, keepdim: bool, dtype: DType | None, name: str) -> Self:
+        x = self if dtype is None else self._cast_to(dtype)
+        acc = dtypes.float32 if x.dtype in HALF_FLOATS else sum_acc_dtype(x.dtype)
+        out = x._cast_to(acc)._reduce(op, axis, keepdim, name)
+        return out._cast_to(x.dtype) if dtype is not None or x.dtype in HALF_FLOATS else out
 
     def max(self, axis: Axis = None, keepdim: bool = False) -> Self:
         self._nonempty_reduce(axis, "max")

@@ -37,8 +37,8 @@ _LOADED: dict[str, ScheduleFn] = {}
 # so graphs can be built (and tested) without any backend installed
 _PENDING: Final[weakref.WeakKeyDictionary[Buffer, bytes]] = weakref.WeakKeyDictionary()
 
-# (scheduler name, normalized SINK) -> the schedule's bytes; the runtime caches the plan of those bytes
-_SCHEDULES: Final[OrderedDict[tuple[str, UOp], bytes]] = OrderedDict()
+# (scheduler callable, normalized SINK) -> the schedule's bytes; the runtime caches the plan of those bytes
+_SCHEDULES: Final[OrderedDict[tuple[ScheduleFn, UOp], bytes]] = OrderedDict()
 MAX_SCHEDULES: Final = 2048
 _CAPTURES: list[Capture] = []  # the stack of `capturing` blocks; every run is recorded into the innermost
 
@@ -112,11 +112,15 @@ def normalize(sink: UOp) -> tuple[UOp, list[int]]:
 
 
 def _cached_schedule(key: UOp) -> bytes:
-    """The schedule bytes of a normalized SINK, asked of the scheduler once per (scheduler, structure)."""
-    cache_key = (scheduler_name(), key)
+    """The schedule bytes of a normalized SINK, asked of the scheduler once per (scheduler, structure).
+
+    Keyed by the loaded scheduler callable, not its name: finding it is a dict lookup, and a scheduler that is
+    swapped or uninstalled (discovery clears `_LOADED`) is never answered for by another one's cached schedules."""
+    schedule = find_scheduler()
+    cache_key = (schedule, key)
     data = _SCHEDULES.get(cache_key)
     if data is None:
-        data = _SCHEDULES[cache_key] = find_scheduler()(serialize(key, Stage.TENSOR))
+        data = _SCHEDULES[cache_key] = schedule(serialize(key, Stage.TENSOR))
         if len(_SCHEDULES) > MAX_SCHEDULES:
             _SCHEDULES.popitem(last=False)
     return data

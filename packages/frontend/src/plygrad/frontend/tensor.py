@@ -8,14 +8,22 @@ realized tensor then points at its output Buffer (a BUFFER + RESHAPE node) and h
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Self, TypeAlias
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, ClassVar, Self, TypeAlias
 
 import numpy as np
 
-from plygrad.frontend import scheduling
+from plygrad.frontend import autograd, scheduling
 from plygrad.frontend.creation import CreationOps
-from plygrad.frontend.lazy import Scalar, buffer_view, resolve_device
+from plygrad.frontend.lazy import (
+    DONE_ASSIGNS,
+    PENDING_ASSIGNS,
+    Scalar,
+    buffer_view,
+    resolve_device,
+    stop_gradient,
+    written_buffer,
+)
 from plygrad.ir import DType, DTypeError, Ops, ShapeError, UOp, dtypes
 from plygrad.runtime import Buffer
 
@@ -48,7 +56,20 @@ class Tensor(CreationOps):
 
     __slots__ = ()
 
-    def __init__(self, data: Data | Tensor, dtype: DType | None = None, device: str | None = None) -> None:
+    no_grad: ClassVar[bool] = False
+    """While True, new results record no gradient (see `no_grad()`); optimizers update weights under it."""
+    training: ClassVar[bool] = False
+    """True in training mode (see `Tensor.train()`): dropout and batch norm behave as in training."""
+    grad: Tensor | None
+
+    def __init__(self, data: Data | Tensor, dtype: DType | None = None, device: str | None = None,
+                 requires_grad: bool | None = None) -> None:
+        self._requires_grad, self.grad = None, None
+        self._init_data(data, dtype, device)
+        if requires_grad is not None:
+            self.requires_grad_(requires_grad)
+
+    def _init_data(self, data: Data | Tensor, dtype: DType | None, device: str | None) -> None:
         if isinstance(data, Tensor):
             moved = data.to(device) if device is not None else data
             moved = moved.cast(dtype) if dtype is not None else moved
@@ -83,6 +104,10 @@ class Tensor(CreationOps):
     def realize(self, *others: Tensor) -> Self:
         """Compute this tensor (and `others`) in one schedule; afterwards each reads its own output Buffer."""
         tensors: tuple[Tensor, ...] = (self, *others)
+        _run_pending_assigns(tensors)
+        if DONE_ASSIGNS:
+            for t in tensors:
+                _drop_done_assigns(t)
         pending = [t for t in tensors if not t._is_realized()]
         computed = [t for t in pending if t.numel() > 0]
         for t in pending:
@@ -97,7 +122,23 @@ class Tensor(CreationOps):
         return self
 
     def _point_at(self, buf: Buffer) -> None:
-        self.uop, self.inputs = buffer_view(buf, self.shape), frozenset((buf,))
+        """Read the realized values from `buf` from now on. A pending ASSIGN becomes its target view (the write is
+        done, and the target may be a view of part of `buf`). A tensor that requires grad (and is not a leaf) leaves
+        its graph with autograd, which differentiates through it (`loss.item(); loss.backward()`)."""
+        graph, inputs = self.uop, self.inputs
+        base = self.uop
+        while base.op is Ops.RESHAPE:
+            base = base.src[0]
+        if base.op is Ops.ASSIGN:
+            DONE_ASSIGNS[base] = base.src[0]
+            waiting = PENDING_ASSIGNS.get(written_buffer(base.src[0]).arg.id, [])
+            waiting[:] = [t for t in waiting if t is not self]
+            self.uop = self.uop.substitute({base: base.src[0]})
+        else:
+            self.uop = buffer_view(buf, self.shape)
+            if self._requires_grad and not autograd.is_leaf(self):
+                autograd.record_realized(self.uop, graph, inputs)
+        self.inputs = frozenset((buf,))
 
     def contiguous(self) -> Self:
         """A tensor stored in its own buffer in row-major order (a fusion boundary for the scheduler)."""
@@ -108,10 +149,13 @@ class Tensor(CreationOps):
         target = resolve_device(device)
         if target == self.device:
             return self
-        return Tensor._make(UOp(Ops.COPY, self.dtype, (self.uop,), target), target, self.inputs)
+        uop, requires_grad = self._derived_grad(UOp(Ops.COPY, self.dtype, (self.uop,), target), self)
+        return Tensor._make(uop, target, self.inputs, requires_grad)
 
     def _buffer(self) -> Buffer:
         self.realize()
+        if not self._is_realized():  # a view written by an assign stays a view: read it through a copy
+            return self._make(self.uop, self.device, self.inputs).realize()._buffer()
         (buf,) = self.inputs
         return buf
 
@@ -145,3 +189,181 @@ class Tensor(CreationOps):
         state = "realized" if self._is_realized() else f"lazy {self.uop.op.name}"
         return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device} {state}>"
 
+    # ---- autograd -----------------------------------------------------------------------------------------------
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
+        """Make this tensor a leaf that gradients flow to (or stop them: False). Only floating-point tensors can
+        require grad. A leaf needs a graph node of its own, so one that is not already a buffer is realized here
+        (two `Tensor.zeros(3)` are one hash-consed graph node until then)."""
+        self._set_requires_grad(requires_grad)
+        return self
+
+    def _set_requires_grad(self, value: bool | None) -> None:
+        if value and not self.dtype.is_float:
+            raise DTypeError(f"requires_grad: only floating-point tensors can require gradients, got a "
+                             f"{self.dtype.name} tensor of shape {self.shape}; cast it with .float() first")
+        if not value and self._requires_grad and not autograd.is_leaf(self):
+            raise RuntimeError("requires_grad: this tensor is computed from tensors that require grad, so it cannot "
+                               "stop requiring it; use .detach() for a copy that does not")
+        if not value:
+            self._requires_grad = value
+            autograd.LEAVES.pop(id(self), None)
+            return
+        if self._requires_grad:  # a leaf already, or computed from leaves (then it is no leaf, as in PyTorch)
+            return
+        if not self._is_realized():
+            self.realize()
+        self._requires_grad = True
+        autograd.LEAVES[id(self)] = self
+
+    def _is_grad_leaf(self) -> bool:
+        return bool(self._requires_grad) and autograd.is_leaf(self)
+
+    @property
+    def is_leaf(self) -> bool:
+        """Like PyTorch: tensors that do not require grad, and those whose requires_grad the user set."""
+        return not self._requires_grad or autograd.is_leaf(self)
+
+    def detach(self) -> Self:
+        """The same values, cut from the graph: no gradient flows through the result (it shares this tensor's
+        memory when realized, like PyTorch's)."""
+        uop = stop_gradient(self.uop) if self._requires_grad else self.uop
+        return self._make(uop, self.device, self.inputs, False)
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """The gradients of this tensor with respect to `targets` (zeros for a target it does not depend on), as
+        lazy tensors built from the graph (tinygrad's `gradient`, PyTorch's `torch.autograd.grad`). Without
+        `gradient` this tensor must have one element. The results require grad when this tensor does, so a
+        gradient can be differentiated again."""
+        for t in targets:
+            if not t.dtype.is_float:
+                raise DTypeError(f"gradient: a gradient with respect to a {t.dtype.name} tensor (shape {t.shape}) is "
+                                 "not defined; only floating-point tensors have gradients")
+        root, inputs = autograd.unrealized(self.uop)
+        seed, seed_inputs = self._seed(gradient)
+        keys = {t: tuple(dict.fromkeys((t.uop, autograd.unrealized(t.uop)[0]))) for t in targets}
+        grads = autograd.compute_gradient(root, seed, {k for ks in keys.values() for k in ks})
+        all_inputs = self.inputs | inputs | seed_inputs
+        requires_grad = bool(self._requires_grad) and not self.no_grad
+        out: list[Tensor] = []
+        for t in targets:
+            found = [grads[k] for k in keys[t] if k in grads]
+            if not found:
+                out.append(t.zeros_like())
+                continue
+            uop = found[0] if len(found) == 1 else found[0].alu(Ops.ADD, found[1])
+            out.append(Tensor._make(uop, t.device, all_inputs | t.inputs, requires_grad))
+        return out
+
+    def _seed(self, gradient: Tensor | None) -> tuple[UOp, frozenset[Buffer]]:
+        if gradient is None:
+            if self.numel() != 1:
+                raise ShapeError(f"backward: a gradient can be implied only for a tensor of one element, got shape "
+                                 f"{self.shape}; pass gradient= a tensor of that shape")
+            if not self.dtype.is_float:
+                raise DTypeError(f"backward of a {self.dtype.name} tensor: only floating-point tensors have gradients")
+            return autograd.seed_gradient(self.dtype, self.shape), frozenset()
+        if gradient.shape != self.shape:
+            raise ShapeError(f"backward: gradient of shape {gradient.shape} for a tensor of shape {self.shape}; "
+                             "they must match")
+        return gradient.cast(self.dtype).uop, gradient.inputs
+
+    def backward(self, gradient: Tensor | None = None) -> Self:
+        """Accumulate d self / d leaf into `.grad` of every leaf that requires grad and that this tensor depends on
+        (PyTorch's `backward`; `.grad` adds up across calls until reset to None). Lazy: the gradients are graphs
+        that run when realized (an optimizer step realizes them). Without `gradient` this tensor needs one element."""
+        if not self._requires_grad:
+            raise RuntimeError(f"backward: this tensor (shape {self.shape}) does not require grad: none of the tensors "
+                               "it is computed from has requires_grad=True (or it was computed under no_grad)")
+        root, _ = autograd.unrealized(self.uop)
+        nodes = set(root.sparents())
+        leaves = [t for t in list(autograd.LEAVES.values())
+                  if isinstance(t, Tensor) and t._requires_grad and t.uop in nodes]
+        if not leaves:
+            self._seed(gradient)  # the same argument errors as when there are leaves
+            return self
+        with no_grad():
+            grads = self.gradient(*leaves, gradient=gradient)
+            for t, g in zip(leaves, grads, strict=True):
+                t.grad = g if t.grad is None else t.grad + g
+        return self
+
+    @staticmethod
+    def train(mode: bool = True) -> AbstractContextManager[None]:
+        """`with Tensor.train():` (or `@Tensor.train()`) sets Tensor.training inside the block."""
+        return _class_flag("training", mode)
+
+    @staticmethod
+    def test(mode: bool = True) -> AbstractContextManager[None]:
+        """`with Tensor.test():` turns gradient recording off inside the block (Tensor.no_grad = mode)."""
+        return _class_flag("no_grad", mode)
+
+    # ---- in-place operators ---------------------------------------------------------------------------------------
+    def _inplace(self, op: str, result: Self) -> Self:
+        """PyTorch's in-place rules: the result keeps this tensor's shape and a dtype of at least its kind, and a
+        leaf that requires grad cannot be changed in place while gradients are recorded."""
+        if self._is_grad_leaf() and not self.no_grad:
+            raise RuntimeError(f"{op}: a leaf tensor that requires grad (shape {self.shape}) cannot be changed in "
+                               "place; do it under `with no_grad():`, or on a .detach()ed copy")
+        if result.shape != self.shape:
+            raise ShapeError(f"{op}: the result has shape {result.shape}, which does not fit in place into a tensor "
+                             f"of shape {self.shape}")
+        if _kind_rank(result.dtype) > _kind_rank(self.dtype):
+            raise DTypeError(f"{op}: the result is {result.dtype.name}, which cannot be stored in place into a "
+                             f"{self.dtype.name} tensor; cast the tensor first")
+        return self.assign(result.cast(self.dtype))
+
+    def __iadd__(self, x: Self | Scalar) -> Self: return self._inplace("+=", self.add(x))
+    def __isub__(self, x: Self | Scalar) -> Self: return self._inplace("-=", self.sub(x))
+    def __imul__(self, x: Self | Scalar) -> Self: return self._inplace("*=", self.mul(x))
+    def __itruediv__(self, x: Self | Scalar) -> Self: return self._inplace("/=", self.div(x))
+    def __ifloordiv__(self, x: Self | Scalar) -> Self: return self._inplace("//=", self.floordiv(x))
+    def __imod__(self, x: Self | Scalar) -> Self: return self._inplace("%=", self.mod(x))
+    def __ipow__(self, x: Self | Scalar) -> Self: return self._inplace("**=", self.pow(x))
+    def __iand__(self, x: Self | Scalar) -> Self: return self._inplace("&=", self.bitwise_and(x))
+    def __ior__(self, x: Self | Scalar) -> Self: return self._inplace("|=", self.bitwise_or(x))
+    def __ixor__(self, x: Self | Scalar) -> Self: return self._inplace("^=", self.bitwise_xor(x))
+    def __imatmul__(self, x: Self) -> Self: return self._inplace("@=", self.matmul(x))
+
+
+def _run_pending_assigns(tensors: Sequence[Tensor]) -> None:
+    """Run the pending assigns into buffers these tensors read (other than their own), so that they read the
+    written values, each write once."""
+    ids = {buf.id for t in tensors for buf in t.inputs}
+    todo: list[Tensor] = []
+    for buf_id in sorted(ids & PENDING_ASSIGNS.keys()):
+        waiting = PENDING_ASSIGNS.pop(buf_id)
+        todo.extend(t for t in waiting if isinstance(t, Tensor) and not any(t is u for u in (*tensors, *todo)))
+    for t in todo:  # one at a time: two writes into one buffer must run in the order they were made
+        t.realize()
+
+
+def _drop_done_assigns(t: Tensor) -> None:
+    """Replace ASSIGN nodes already run by their target views in t's graph."""
+    done = {node: DONE_ASSIGNS[node] for node in t.uop.sparents() if node.op is Ops.ASSIGN and node in DONE_ASSIGNS}
+    if done:
+        t.uop = t.uop.substitute(done)
+
+
+def _kind_rank(dtype: DType) -> int:
+    """bool < integers < floats: an in-place result may not move up this order (PyTorch's can_cast)."""
+    return 0 if dtype.is_bool else 2 if dtype.is_float else 1
+
+
+@contextmanager
+def _class_flag(name: str, value: bool) -> Iterator[None]:
+    previous = getattr(Tensor, name)
+    setattr(Tensor, name, value)
+    try:
+        yield
+    finally:
+        setattr(Tensor, name, previous)
+
+
+def no_grad() -> AbstractContextManager[None]:
+    """`with no_grad():` (or `@no_grad()`): results computed inside record no gradient, like torch.no_grad."""
+    return _class_flag("no_grad", True)
+
+
+def enable_grad() -> AbstractContextManager[None]:
+    """`with enable_grad():` records gradients again inside a no_grad block, like torch.enable_grad."""
+    return _class_flag("no_grad", False)

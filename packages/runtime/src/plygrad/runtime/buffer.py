@@ -8,6 +8,7 @@ a buffer alive. There is no numpy here: data goes in as bytes-like and comes out
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
 from array import array
 from typing import Any, Final, TypeAlias
@@ -92,7 +93,9 @@ class Buffer:
 
     def __del__(self) -> None:
         handle, backend = getattr(self, "_handle", None), getattr(self, "_backend", None)
-        if handle is not None and backend is not None:
+        # at interpreter exit the backend's modules (cffi, its library) may already be torn down, and the process
+        # is returning all its memory anyway: freeing then can only fail
+        if handle is not None and backend is not None and not sys.is_finalizing():
             backend.allocator.free(handle)
 
     def __repr__(self) -> str:
