@@ -26,6 +26,7 @@ from plygrad.frontend import config
 from plygrad.frontend.errors import SchedulerNotFoundError
 from plygrad.ir import BufferRef, Ops, Stage, UOp, deserialize, dtypes, serialize
 from plygrad.runtime import Buffer, Capture, ExecPlan, discovery, load_plan, lookup_buffer
+from plygrad.runtime.buffer import BytesLike
 from plygrad.runtime.config import PLYGRAD_FORCE_BYTES
 
 SCHEDULERS: Final = "plygrad.schedulers"
@@ -35,7 +36,7 @@ _CHOSEN: list[str] = []  # the stack of `use_scheduler` blocks; the innermost wi
 _LOADED: dict[str, ScheduleFn] = {}
 # host bytes waiting to be copied into a Buffer: a Tensor made from data allocates nothing until it is realized,
 # so graphs can be built (and tested) without any backend installed
-_PENDING: Final[weakref.WeakKeyDictionary[Buffer, bytes]] = weakref.WeakKeyDictionary()
+_PENDING: Final[weakref.WeakKeyDictionary[Buffer, BytesLike]] = weakref.WeakKeyDictionary()
 
 # (scheduler callable, normalized SINK) -> the schedule's bytes; the runtime caches the plan of those bytes
 _SCHEDULES: Final[OrderedDict[tuple[ScheduleFn, UOp], bytes]] = OrderedDict()
@@ -75,7 +76,7 @@ def find_scheduler(name: str | None = None) -> ScheduleFn:
     return _LOADED[name]
 
 
-def stage_host_data(buf: Buffer, data: bytes) -> None:
+def stage_host_data(buf: Buffer, data: BytesLike) -> None:
     """Remember `data` as `buf`'s contents; it is copied in the first time a realize needs the buffer."""
     _PENDING[buf] = data
 

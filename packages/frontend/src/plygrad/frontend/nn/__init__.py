@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError, dtypes
 
-from . import optim
+from . import optim, state
 
 __all__ = [
     "BatchNorm",
@@ -42,6 +42,7 @@ __all__ = [
     "Linear",
     "RMSNorm",
     "optim",
+    "state",
 ]
 
 
@@ -191,9 +192,9 @@ class BatchNorm:
         self.track_running_stats = track_running_stats
         self.weight: Tensor | None = _param(Tensor.ones(sz)) if affine else None
         self.bias: Tensor | None = _param(Tensor.zeros(sz)) if affine else None
-        self.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
-        if track_running_stats:
+        if track_running_stats:  # PyTorch's state-dict order: running_mean, running_var, num_batches_tracked
             self.running_mean, self.running_var = _buffer(Tensor.zeros(sz)), _buffer(Tensor.ones(sz))
+        self.num_batches_tracked = _buffer(Tensor.zeros((), dtype=dtypes.int64))
 
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The (mean, biased variance) per channel that normalize `x`: the batch's, or the running ones in eval."""
