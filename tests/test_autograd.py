@@ -453,3 +453,12 @@ def test_an_sgd_step_loop_matches_torch() -> None:
             tw -= tw.grad * 0.1
             tw.grad = None
     np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_identical_graphs_realized_together_get_separate_memory() -> None:
+    """Hash-consing makes the two graphs one node; an assign into one tensor must still leave the other alone."""
+    a, b = Tensor.zeros(3).contiguous(), Tensor.zeros(3).contiguous()
+    a.realize(b)
+    a.assign(Tensor.ones(3)).realize()
+    np.testing.assert_array_equal(a.numpy(), [1, 1, 1])
+    np.testing.assert_array_equal(b.numpy(), [0, 0, 0])

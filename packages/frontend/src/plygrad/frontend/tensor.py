@@ -51,6 +51,12 @@ def _to_bfloat16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
 
 
+def _is_assign(node: UOp) -> bool:
+    while node.op is Ops.RESHAPE:
+        node = node.src[0]
+    return node.op is Ops.ASSIGN
+
+
 class Tensor(CreationOps):
     """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]])`, `Tensor(np_array)`, `Tensor.rand(3, 4)`."""
 
@@ -116,8 +122,15 @@ class Tensor(CreationOps):
         if computed:
             inputs = sorted(frozenset[Buffer]().union(*(t.inputs for t in computed)), key=lambda b: b.id)
             outputs = scheduling.run([t.uop for t in computed], inputs)
-            for t, buf in zip(computed, outputs, strict=True):
-                t._point_at(buf)
+            claimed: set[int] = set()
+            for t, out in zip(computed, outputs, strict=True):
+                own = out
+                if out.id in claimed and not _is_assign(t.uop):
+                    # identical graphs are one hash-consed node, computed once; separate tensors still get
+                    # separate memory, or an assign into one would change the other
+                    own = Buffer(out.device, out.size, out.dtype).copyin(out.copyout())
+                claimed.add(own.id)
+                t._point_at(own)
         scheduling.flush_host_data(sorted(frozenset[Buffer]().union(*(t.inputs for t in tensors)), key=lambda b: b.id))
         return self
 
