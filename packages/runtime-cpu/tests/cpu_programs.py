@@ -60,6 +60,74 @@ void prefix_sum(float* restrict data0, const float* restrict data1) {
 }
 """
 
+# codegen's kernel for a padded, dilated 3-D window of x (2, 1, 4, 4, 3) times w (2, 2, 2), summed over the window
+# (a conv3d with padding 1 and dilation (2, 1, 2)): GCC 12 at -O2 -mavx2 if-converted its guarded loads wrongly
+WINDOW_SUM: Final = PRELUDE + """
+void window_sum(float* restrict data0, const float* restrict data1, const float* restrict data2) {
+  for (long long ridx0 = 0; ridx0 < 2LL; ridx0++) {
+    long long v0 = (ridx0 * 60LL);
+    long long v1 = (ridx0 * 48LL);
+    for (long long ridx1 = 0; ridx1 < 4LL; ridx1++) {
+      long long v2 = (ridx1 * 15LL);
+      for (long long ridx2 = 0; ridx2 < 5LL; ridx2++) {
+        long long v3 = (ridx2 * 3LL);
+        for (long long ridx3 = 0; ridx3 < 3LL; ridx3++) {
+          long long v4 = (ridx3 + v3);
+          long long v5 = (v4 + v2);
+          long long v6 = (v5 + v0);
+          float acc0 = 0x0.0p+0f;
+          _Bool v7 = (0LL < ridx3);
+          long long v8 = (ridx3 + 2LL);
+          _Bool v9 = (v8 < 4LL);
+          for (long long ridx4 = 0; ridx4 < 2LL; ridx4++) {
+            long long v10 = (ridx4 * 2LL);
+            long long v11 = (ridx1 + v10);
+            long long v12 = (v11 * 12LL);
+            _Bool v13 = (0LL < v11);
+            _Bool v14 = (v11 < 5LL);
+            _Bool v15 = (v13 & v14);
+            long long v16 = (ridx4 * 4LL);
+            for (long long ridx5 = 0; ridx5 < 2LL; ridx5++) {
+              float v17 = acc0;
+              long long v18 = (ridx2 + ridx5);
+              long long v19 = (v18 * 3LL);
+              long long v20 = (v19 + ridx3);
+              long long v21 = (v12 + v20);
+              long long v22 = (v21 + v1);
+              long long v23 = (v22 + (-16LL));
+              _Bool v24 = (0LL < v18);
+              _Bool v25 = (v15 & v24);
+              _Bool v26 = (v18 < 5LL);
+              _Bool v27 = (v25 & v26);
+              _Bool v28 = (v27 & v7);
+              float v29 = (v28 ? data1[v23] : 0x0.0p+0f);
+              long long v30 = (ridx5 * 2LL);
+              long long v31 = (v30 + v16);
+              float v32 = data2[v31];
+              float v33 = (v29 * v32);
+              float v34 = (v17 + v33);
+              long long v35 = (ridx3 + v19);
+              long long v36 = (v35 + v12);
+              long long v37 = (v36 + v1);
+              long long v38 = (v37 + (-14LL));
+              _Bool v39 = (v27 & v9);
+              float v40 = (v39 ? data1[v38] : 0x0.0p+0f);
+              long long v41 = (v31 + 1LL);
+              float v42 = data2[v41];
+              float v43 = (v40 * v42);
+              float v44 = (v34 + v43);
+              acc0 = v44;
+            }
+          }
+          float v45 = acc0;
+          data0[v6] = v45;
+        }
+      }
+    }
+  }
+}
+"""
+
 ECHO: Final = PRELUDE + """
 void echo(int64_t* restrict data0, long long a, long long b) {
   data0[0] = a;

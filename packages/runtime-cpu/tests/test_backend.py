@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 import pytest
-from cpu_programs import ADD, BROKEN, ECHO, PREFIX_SUM, THREAD_IDS
+from cpu_programs import ADD, BROKEN, ECHO, PREFIX_SUM, THREAD_IDS, WINDOW_SUM
 
 from plygrad.backends.cpu.backend import CPUBackend, cpu_target
 from plygrad.backends.cpu.compiler import find_compiler_command, host_cpu, probe_toolchain
@@ -60,6 +60,20 @@ def test_selects_in_a_vectorized_loop_compile_correctly(cpu: CPUBackend) -> None
     out = cpu.allocator.alloc(16)
     program([out, _handle(cpu, np.array([1, 2, 3, 4], np.float32))], (1, 1, 1), None, [])
     np.testing.assert_array_equal(_read(cpu, out, np.float32, 4), [1, 3, 6, 10])
+
+
+def test_guarded_loads_in_a_vectorized_loop_compile_correctly(cpu: CPUBackend) -> None:
+    """The other GCC 12 miscompile OPTIONAL_FLAGS works around: a padded, dilated window sum (a small conv3d)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 1, 4, 4, 3)).astype(np.float32)
+    w = rng.standard_normal((2, 2, 2)).astype(np.float32)
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 2, 3), axis=(2, 3, 4))[..., ::2, :, ::2]
+    program = cpu.load("window_sum", cpu.compiler.compile(WINDOW_SUM))
+    out = cpu.allocator.alloc(120 * 4)
+    program([out, _handle(cpu, x), _handle(cpu, w)], (1, 1, 1), None, [])
+    np.testing.assert_allclose(_read(cpu, out, np.float32, 120), (windows * w).sum((5, 6, 7)).ravel(), rtol=1e-5,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("values", [(0, 1), ((1 << 40) + 5, -3), (-(1 << 63), (1 << 63) - 1)])

@@ -1,10 +1,10 @@
 """Compiling C with the system compiler into a shared library, as the CPU backend's `Compiler`.
 
 The compiler is found once per process (`CC`, else clang, else gcc, else cc) and its optional flags probed once:
-`-march=native` (not every compiler or arch has it), `-mno-avx512f` (x86 only: see OPTIONAL_FLAGS) and `-fopenmp`
-(Apple's clang, or a gcc without libgomp, lacks it; programs then run their `#pragma omp` loops on one core, which
-is still correct). The `cache_key` names the compiler path, its version line and the flags, so a binary cached on
-disk is reused only by the same toolchain.
+`-march=native` (not every compiler or arch has it), `-mno-avx512f` and `-fno-tree-loop-if-convert` (GCC
+miscompiles, see OPTIONAL_FLAGS) and `-fopenmp` (Apple's clang, or a gcc without libgomp, lacks it; programs then
+run their `#pragma omp` loops on one core, which is still correct). The `cache_key` names the compiler path, its
+version line and the flags, so a binary cached on disk is reused only by the same toolchain.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from plygrad.runtime.plugin import Compiler
 
 # -ffp-contract=off: the IR rounds after every op, so the compiler must not fuse a*b+c into one rounding
 BASE_FLAGS: Final = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
-# -mno-avx512f: GCC 12 at -O2 -march=native miscompiles some vectorized loops of bool selects on AVX-512 hosts
-# (a 4-element prefix sum built from compares and WHEREs came out [1, 0, 6, 10]; correct at -O1, without
-# tree vectorization, or without AVX-512). AVX2 vectorization is kept; compilers or arches without the flag skip it.
-OPTIONAL_FLAGS: Final = ("-march=native", "-mno-avx512f", "-fopenmp")
+# GCC 12 at -O2 with AVX2/AVX-512 miscompiles loops whose guarded loads (`gate ? data[i] : 0`, how codegen renders
+# PAD) it if-converts into masked vector loads: a padded, dilated 3-D window sum and a prefix sum built from
+# compares and selects both came out wrong (correct at -O0/-O1, at -O3, or with either flag below).
+# -fno-tree-loop-if-convert stops that transformation; -mno-avx512f avoids the AVX-512 mask-register path, where
+# the first case was seen. Compilers or arches without a flag skip it (the probe compiles with each flag alone).
+OPTIONAL_FLAGS: Final = ("-march=native", "-mno-avx512f", "-fno-tree-loop-if-convert", "-fopenmp")
 _PROBE_SOURCE: Final = """
 #include <math.h>
 void probe(float* restrict out, long long n) {
