@@ -86,9 +86,13 @@ def test_heuristic_never_picks_workgroup_actions_on_a_cpu() -> None:
 
 def test_heuristic_choices() -> None:
     opts = choose_opts(matmul(64, 64, 64), CPU4)
-    assert Opt(OptOps.UNROLL, 2, 4) in opts and Opt(OptOps.UPCAST, 1, 4) in opts
-    assert Opt(OptOps.THREAD, 0, 4) in opts
-    assert Opt(OptOps.LOCAL, 0, 16) in choose_opts(matmul(64, 64, 64), GPU)
+    # the vector width (float32 x 8) on the contiguous output axis, a 4-row register tile, the reduce unrolled
+    assert opts == [Opt(OptOps.UNROLL, 2, 4), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4),
+                    Opt(OptOps.THREAD, 0, 4)]
+    scalar = Target("CPU", "c", threads=4, vector_widths=())
+    assert Opt(OptOps.UPCAST, 1, 4) in choose_opts(matmul(64, 64, 64), scalar)
+    # 64 rows in tiles of 4 leave 16 outer iterations: LOCAL takes the largest amount that leaves a loop
+    assert Opt(OptOps.LOCAL, 0, 8) in choose_opts(matmul(64, 64, 64), GPU)
     assert choose_opts(elementwise_add(dtypes.float32, 6), CPU4) == []
 
 

@@ -3,9 +3,11 @@
 Three rule tables, run in this order by lower.py:
 - `unshare_ranges` (before the optimization stage): a REDUCE over a RANGE another REDUCE already loops over gets
   a fresh copy of it, so each reduce loop belongs to one reduction;
-- `expand_upcast`: a store that depends on UPCAST ranges becomes one store per combination of their values (the
-  range replaced by a constant), so an UPCAST axis is unrolled scalar code; reductions inside are copied too,
-  which gives each copy its own accumulator in the shared reduce loop.
+- `expand_upcast` (its context is the Target): a store that depends on UPCAST ranges becomes one store per
+  combination of their values (the range replaced by a constant), so an UPCAST axis is unrolled scalar code;
+  reductions inside are copied too, which gives each copy its own accumulator in the shared reduce loop. One
+  UPCAST axis the store indexes contiguously, of a width the target has vectors of, becomes vector lanes
+  instead (vectorize.py): vector loads, ops, accumulators and one vector store per copy.
 - `lower_reduce`: `REDUCE(value, *ranges)` becomes an accumulator in a register slot (DEFINE_REG): initialised to
   the op's identity where the reduce lives, updated inside its loops, read after them. UNROLL ranges are not
   loops: each step of the remaining loops applies the update once per unrolled value, in the same order the
@@ -26,6 +28,7 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.scope import loop_scopes
+from plygrad.codegen.vectorize import vector_axis, vectorize_store
 from plygrad.ir import (
     AddrSpace,
     AxisType,
@@ -33,6 +36,7 @@ from plygrad.ir import (
     DTypeKind,
     Ops,
     PatternMatcher,
+    Target,
     UOp,
     UPat,
     dtypes,
@@ -52,7 +56,9 @@ def _combinations(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
             for values in itertools.product(*sizes)]
 
 
-def expand_sink(sink: UOp) -> UOp | None:
+def expand_sink(ctx: Target, sink: UOp) -> UOp | None:
+    """Each store depending on UPCAST ranges becomes its copies: one per combination of the scalar UPCAST ranges'
+    values, each a vector store over the vector axis (vectorize.py) when the store has one."""
     new_src: list[UOp] = []
     changed = False
     for out in sink.src:
@@ -63,9 +69,11 @@ def expand_sink(sink: UOp) -> UOp | None:
         changed = True
         body = out.src[0] if out.op is Ops.END else out
         kept = tuple(r for r in out.src[1:] if r not in upcast) if out.op is Ops.END else ()
-        for mapping in _combinations(upcast):
+        lanes = vector_axis(body, upcast, ctx)
+        for mapping in _combinations([r for r in upcast if r is not lanes]):
             copy = body.substitute(mapping)
-            new_src.append(UOp(Ops.END, dtypes.void, (copy, *kept)) if kept else copy)
+            for store in ([copy] if lanes is None else vectorize_store(copy, lanes, ctx)):
+                new_src.append(UOp(Ops.END, dtypes.void, (store, *kept)) if kept else store)
     return sink.replace(src=tuple(new_src)) if changed else None
 
 
@@ -112,7 +120,9 @@ def lower_one_reduce(ctx: RegSlots, red: UOp) -> UOp:
             if k > 0:
                 mapping.update({reg: UOp(Ops.DEFINE_REG, reg.dtype, (), ctx.take()) for reg in regs})
             values.append(value.substitute(mapping))
-    identity = reduce_identity(op, red.dtype)
+    identity = reduce_identity(op, red.dtype.scalar())
+    if red.dtype.count > 1:  # a vector accumulator (vectorize.py): every lane starts from the identity
+        identity = UOp(Ops.VECTORIZE, red.dtype, (identity,) * red.dtype.count)
     if not loops:  # fully unrolled: a chain from the identity, exactly what the loop would compute
         result = identity
         for v in values:

@@ -20,6 +20,8 @@ def load_false_gate(ld: UOp, idx: UOp) -> UOp | None:
         return None
     dtype = ld.dtype
     zero: bool | int | float = False if dtype is dtypes.bool else 0.0 if dtype.kind is DTypeKind.FLOAT else 0
+    if dtype.count > 1:  # a vector load (vectorize.py): every lane is 0
+        return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar(), zero),) * dtype.count)
     return UOp.const(dtype, zero)
 
 

@@ -6,7 +6,8 @@
 2. `simplify`: plygrad.ir's symbolic rules on the index math, and gates they decide (gates.py);
    `unshare_ranges`: a REDUCE over a RANGE that another REDUCE also uses gets its own copy (expand.py);
 3. `optimize`: the explicit optimization stage (opts.py): the given `Opt`s, or the heuristic's (heuristic.py);
-4. `expand_upcast`: UPCAST ranges become unrolled stores (expand.py);
+4. `expand_upcast`: UPCAST ranges become unrolled stores (expand.py), one contiguous UPCAST axis of a vector
+   width vector lanes (vectorize.py);
 5. `lower_reduce`: REDUCEs become accumulators updated in their loops, UNROLL ranges unrolled updates;
 6. `simplify_lowered`: the symbolic rules again over the constants the expansion substituted;
 7. `linearize`: the flat statement list with loops (linearize.py);
@@ -96,7 +97,7 @@ def _optimize(state: Lowering) -> Lowering:
 
 
 def _expand_upcast(state: Lowering) -> Lowering:
-    return replace(state, kernel=graph_rewrite(state.kernel, expand_upcast))
+    return replace(state, kernel=graph_rewrite(state.kernel, expand_upcast, ctx=state.target))
 
 
 def _lower_reduce(state: Lowering) -> Lowering:
@@ -193,9 +194,11 @@ def estimate(linear: list[UOp]) -> tuple[int, int]:
         elif node.op in (Ops.LOAD, Ops.STORE):
             ptr = node.src[0].dtype
             if isinstance(ptr, PtrDType) and node.src[0].src[0].op is Ops.PARAM:
-                mem += ptr.base.itemsize * trips[-1]
-        elif node.op not in (Ops.IF, Ops.ENDIF, Ops.CAST, Ops.BITCAST) and not _index_math(node):
-            ops += trips[-1]
+                value = node if node.op is Ops.LOAD else node.src[1]  # a vector moves all of its lanes
+                mem += ptr.base.itemsize * value.dtype.count * trips[-1]
+        elif node.op not in (Ops.IF, Ops.ENDIF, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP) \
+                and not _index_math(node):
+            ops += trips[-1] * node.dtype.count  # a vector op is one operation per lane
     return ops, mem
 
 

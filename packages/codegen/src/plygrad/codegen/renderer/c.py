@@ -4,6 +4,8 @@
 a THREAD range gets `#pragma omp parallel for`. ALU ops follow docs/ir.md §5 exactly: fixed-width integers wrap
 (signed arithmetic goes through the unsigned type of the same width, since signed overflow is undefined in C),
 IDIV/MOD are C's `/` and `%`, MAX propagates NaN, float16/bfloat16 compute in float and round after every op.
+Vector values (vectorize.py) use GCC/Clang vector extensions: `plygrad_float8` is `float` x 8, loaded and stored
+with `__builtin_memcpy` (never assuming alignment), a lane is `v[j]`, a VECTORIZE a compound literal.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
-from plygrad.codegen.renderer.c_types import HELPER_OF, HELPERS, PREAMBLE, c_local, c_storage, literal, round_to
+from plygrad.codegen.renderer.c_types import (
+    HELPER_OF,
+    HELPERS,
+    PREAMBLE,
+    c_local,
+    c_storage,
+    literal,
+    round_to,
+    vector_type,
+    vector_typedefs,
+)
 from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, UOp, dtypes
 
 _MATH: Final[dict[Ops, str]] = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin",
@@ -58,6 +70,7 @@ class _CFunction:
         self.names: dict[UOp, str] = {}
         self.declared_regs: set[int] = set()
         self.helpers: set[str] = set()
+        self.vectors: set[DType] = set()
         self.lines: list[str] = []
         self.indent = 1
 
@@ -68,6 +81,7 @@ class _CFunction:
         params = [self.param_decl(p.index, p.dtype, p.writable) for p in self.kernel.params]
         params += [f"long long {self.variable_name(v)}" for v in self.kernel.variables]
         helpers = "".join(HELPERS[h] for h in sorted(self.helpers))
+        helpers += "".join(vector_typedefs(d) for d in sorted(self.vectors, key=lambda d: (d.itemsize, str(d))))
         signature = f"void {self.kernel.name}({', '.join(params) or 'void'})"
         return f"{PREAMBLE}{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
 
@@ -94,6 +108,14 @@ class _CFunction:
         if dtype in HELPER_OF:
             self.helpers.add(HELPER_OF[dtype])
 
+    def local_type(self, dtype: DType) -> str:
+        """The C type of a local of `dtype`: `c_local`, or the vector type (declared once, with its helpers)."""
+        if dtype.count > 1:
+            name = vector_type(dtype)
+            self.vectors.add(dtype)
+            return name
+        return c_local(dtype)
+
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.indent + line)
 
@@ -119,11 +141,26 @@ class _CFunction:
             self.indent += 1
         elif op is Ops.STORE:
             self.store(node)
+        elif op is Ops.LOAD and node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
+            self.vector_load(node)
         else:
             name = f"v{len(self.names)}"
             expr = self.value(node)
             self.names[node] = name
-            self.emit(f"{c_local(node.dtype)} {name} = {expr};")
+            self.emit(f"{self.local_type(node.dtype)} {name} = {expr};")
+
+    def vector_load(self, node: UOp) -> None:
+        """k consecutive elements from the lane-0 address, unaligned; a gated one reads zeros where it is false."""
+        index = node.src[0]
+        name = f"v{len(self.names)}"
+        self.names[node] = name
+        copy = f"__builtin_memcpy(&{name}, &{self.address(index)}, sizeof({name}));"
+        if len(index.src) == 3:
+            self.emit(f"{self.local_type(node.dtype)} {name} = {{0}};")
+            self.emit(f"if ({self.ref(index.src[2])}) {copy}")
+        else:
+            self.emit(f"{self.local_type(node.dtype)} {name};")
+            self.emit(copy)
 
     def store(self, node: UOp) -> None:
         index, value = node.src[0], node.src[1]
@@ -135,7 +172,11 @@ class _CFunction:
                 self.emit(f"acc{slot} = {self.ref(value)};")
             else:
                 self.declared_regs.add(slot)
-                self.emit(f"{c_local(ptr.base)} acc{slot} = {self.ref(value)};")
+                self.emit(f"{self.local_type(ptr.base)} acc{slot} = {self.ref(value)};")
+            return
+        if value.dtype.count > 1:  # every lane from the lane-0 address on; the value is a named local
+            self.local_type(value.dtype)
+            self.emit(f"__builtin_memcpy(&{self.address(index)}, &{self.ref(value)}, sizeof({self.ref(value)}));")
             return
         self.emit(f"{self.address(index)} = {self.to_storage(ptr.base, self.ref(value))};")
 
@@ -190,6 +231,10 @@ class _CFunction:
             return self.cast(node.src[0], node.dtype)
         if node.op is Ops.BITCAST:
             return self.bitcast(node.src[0], node.dtype)
+        if node.op is Ops.GEP:
+            return f"{self.ref(node.src[0])}[{node.arg[0]}]"
+        if node.op is Ops.VECTORIZE:
+            return f"({self.local_type(node.dtype)}){{{', '.join(self.ref(s) for s in node.src)}}}"
         render = _ALU.get(node.op)
         if render is None:
             raise CodegenError(f"kernel {self.kernel.name}: the C renderer cannot render {node.op.name} "
@@ -286,6 +331,8 @@ def _max(r: _CFunction, node: UOp, a: list[str]) -> str:
     dtype = node.dtype
     if dtype is dtypes.bool:
         return f"({a[0]} | {a[1]})"
+    if dtype.count > 1:
+        return f"plygrad_max_{r.local_type(dtype)[8:]}({a[0]}, {a[1]})"
     if dtype.kind is DTypeKind.FLOAT:
         r.helpers.add("fmax")
         return f"{'plygrad_fmax' if dtype is dtypes.float64 else 'plygrad_fmaxf'}({a[0]}, {a[1]})"

@@ -156,3 +156,38 @@ def literal(dtype: DType, value: object) -> str:
         return "(-9223372036854775807LL - 1)"
     text = f"{value}LL" if value >= 0 else f"({value}LL)"
     return text if dtype is dtypes.index else f"(({c_local(dtype)}){text})"
+
+
+# ---- vectors (GCC/Clang vector extensions) -----------------------------------------------------------------------
+# element C type -> (vector name stem, the signed integer of the same width: what comparisons of it give)
+_VECTOR_ELEMENTS: Final[dict[DType, tuple[str, str]]] = {
+    dtypes.float32: ("float", "int32_t"), dtypes.float64: ("double", "int64_t"),
+}
+
+
+def vector_type(dtype: DType) -> str:
+    """The C name of a vector dtype (`plygrad_float8` for float32x8), declared by `vector_typedefs`."""
+    element = _VECTOR_ELEMENTS.get(dtype.scalar())
+    if element is None or dtype.count < 2:
+        raise CodegenError(f"the C renderer has vectors of {sorted(d.name for d in _VECTOR_ELEMENTS)} only, got "
+                           f"{dtype!r}; keep other dtypes out of Target.vector_widths or scalar")
+    return f"plygrad_{element[0]}{dtype.count}"
+
+
+def vector_typedefs(dtype: DType) -> str:
+    """The vector type and its lane mask type (what comparisons give), and the NaN-propagating max of docs/ir.md
+    (`plygrad_fmaxf` lane by lane, without branches: NaN gives a + b, equal lanes the AND of their bits, which
+    is +0.0 for max(-0.0, 0.0))."""
+    name = vector_type(dtype)
+    element, mask_element = _VECTOR_ELEMENTS[dtype.scalar()]
+    size = dtype.itemsize
+    mask = f"{name}_mask"
+    return f"""typedef {element} {name} __attribute__((vector_size({size})));
+typedef {mask_element} {mask} __attribute__((vector_size({size})));
+static inline {name} plygrad_max_{name[8:]}({name} a, {name} b) {{
+  {mask} gt = a > b, lt = a < b, nan = (a != a) | (b != b);
+  {mask} ai = ({mask})a, bi = ({mask})b, sum = ({mask})(a + b);
+  {mask} r = (gt & ai) | (lt & bi) | (~(gt | lt) & ai & bi);
+  return ({name})((nan & sum) | (~nan & r));
+}}
+"""
