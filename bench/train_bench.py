@@ -27,6 +27,7 @@ from typing import Any
 
 os.environ.setdefault("DEV", "CPU")  # tinygrad 0.14 reads DEV (older releases CPU=1) when it is imported
 os.environ.setdefault("CPU", "1")
+os.environ.setdefault("TRAINING", "1")  # tinygrad 0.14's optimizers refuse to step unless its TRAINING flag is on
 
 import numpy as np
 
@@ -65,21 +66,23 @@ def _data() -> dict[str, np.ndarray[Any, Any]]:
 
 def lazy_cases(tensor: Any, adam: Any, jit: Any, data: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
     """The cases for a tinygrad-style Tensor API (plygrad's and tinygrad's are the same by design)."""
-    params = [tensor(data[k], requires_grad=True).realize() for k in ("w0", "b0", "w1", "b1", "w2", "b2")]
+    params = [tensor(data[k]).realize() for k in ("w0", "b0", "w1", "b1", "w2", "b2")]
+    for p in params:  # the attribute both APIs have (tinygrad 0.14's constructor takes no requires_grad)
+        p.requires_grad = True
     opt = adam(params, lr=1e-3)
     x, onehot = tensor(data["x"]).realize(), tensor(data["onehot"]).realize()
 
     def step(x: Any, onehot: Any) -> Any:
-        with tensor.train():
-            opt.zero_grad()
-            h = x
-            for i in range(0, len(params), 2):
-                h = h.linear(params[i].T, params[i + 1])
-                h = h.relu() if i < len(params) - 2 else h
-            loss = -(h.log_softmax(1) * onehot).sum(1).mean()
-            loss.backward()
-            opt.step()
-            return loss.realize()
+        tensor.training = True  # the class flag both APIs have (tinygrad 0.14 has no Tensor.train context)
+        opt.zero_grad()
+        h = x
+        for i in range(0, len(params), 2):
+            h = h.linear(params[i].T, params[i + 1])
+            h = h.relu() if i < len(params) - 2 else h
+        loss = -(h.log_softmax(1) * onehot).sum(1).mean()
+        loss.backward()
+        opt.step()
+        return loss.realize()
 
     jitted = jit(step)
     img, kernel = tensor(data["img"]).realize(), tensor(data["kernel"]).realize()
