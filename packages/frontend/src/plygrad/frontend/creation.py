@@ -57,12 +57,8 @@ class CreationOps(NNOps):
         return cls._make(buffer_view(buf, dims), buf.device, (buf,))._requiring_grad(requires_grad)
 
     def _requiring_grad(self, requires_grad: bool | None) -> Self:
-        """Pass a factory's `requires_grad=` on to the result (None leaves the default, like tinygrad).
-
-        `requires_grad_` belongs to the autograd layer above this one, hence the lookup by name."""
-        if requires_grad is not None:
-            getattr(self, "requires_grad_")(requires_grad)  # noqa: B009 - defined by a layer above this class
-        return self
+        """Pass a factory's `requires_grad=` on to the result (None leaves the default, like tinygrad)."""
+        return self if requires_grad is None else self.requires_grad_(requires_grad)
 
     @classmethod
     def arange(cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, *, dtype: DType | None = None,

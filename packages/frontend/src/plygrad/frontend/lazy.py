@@ -77,6 +77,13 @@ def is_gradient_stop(node: UOp) -> bool:
     return node.op is Ops.RESHAPE and node in _STOPS
 
 
+def base_of(node: UOp) -> UOp:
+    """`node` without the RESHAPEs on top (how a realized tensor reads its buffer, or a pending ASSIGN its result)."""
+    while node.op is Ops.RESHAPE:
+        node = node.src[0]
+    return node
+
+
 def broadcast_uop(x: UOp, shape: tuple[int, ...]) -> UOp:
     """`x` broadcast to `shape` (NumPy rules): RESHAPE to add leading axes, then EXPAND the size-1 ones."""
     have = shape_of(x)
@@ -145,6 +152,13 @@ class LazyTensor:
     @requires_grad.setter
     def requires_grad(self, value: bool | None) -> None:
         self._set_requires_grad(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
+        """Make this tensor a leaf that gradients flow to (or stop them: False). Only floating-point tensors can
+        require grad. A leaf needs a graph node of its own, so one that is not already a buffer is realized here
+        (two `Tensor.zeros(3)` are one hash-consed graph node until then)."""
+        self._set_requires_grad(requires_grad)
+        return self
 
     def _set_requires_grad(self, value: bool | None) -> None:
         """Overridden by Tensor, which also makes the tensor a leaf with a node of its own."""
@@ -251,10 +265,11 @@ class LazyTensor:
 
     def _is_realized(self) -> bool:
         """Is this tensor a plain view of one Buffer (nothing to compute)?"""
-        node = self.uop
-        while node.op is Ops.RESHAPE:
-            node = node.src[0]
-        return node.op is Ops.BUFFER
+        return base_of(self.uop).op is Ops.BUFFER
+
+    def contiguous(self) -> Self:
+        """A tensor stored in its own buffer in row-major order (a fusion boundary for the scheduler)."""
+        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
 
 _WRITABLE_VIEWS: Final = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP})

@@ -24,7 +24,7 @@ from typing import Self
 from plygrad.frontend import random
 from plygrad.frontend.lazy import Scalar
 from plygrad.frontend.reduce import HALF_FLOATS, Axis, ReduceOps
-from plygrad.ir import DType, Ops, UOp, dtypes, sum_acc_dtype
+from plygrad.ir import DType, Ops, dtypes, sum_acc_dtype
 
 INDEX_DTYPE = dtypes.int32
 """The dtype of every index these ops return (argmax, cummax, sort, topk): tinygrad's; PyTorch's is int64."""
@@ -335,7 +335,7 @@ class ScanOps(ReduceOps):
             (*(None,) * (len(blocked) - 2), (0, 1), None))
         values = first_half.where(lo._broadcast_to(blocked), hi._broadcast_to(blocked)).reshape(*lead, size)
         indices = first_half.where(lo_i._broadcast_to(blocked), hi_i._broadcast_to(blocked)).reshape(*lead, size)
-        return values._realized(), indices._realized()
+        return values.contiguous(), indices.contiguous()
 
     def _sorts_before(self, other: Self, index: Self, other_index: Self, n: int, descending: bool) -> Self:
         """Does (self, index) come before (other, other_index) in the sort? Pads (index >= n) come last, equal
@@ -348,7 +348,3 @@ class ScanOps(ReduceOps):
         return both_real.logical_and(by_value).logical_or(other_pad.logical_and(pad.logical_not())).logical_or(
             pad.logical_and(other_pad).logical_and(index.lt(other_index)))
 
-    def _realized(self) -> Self:
-        """A CONTIGUOUS node: the scheduler stores this tensor instead of recomputing it in every reader.
-        (`contiguous()` itself lives in the Tensor layer above this one.)"""
-        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))

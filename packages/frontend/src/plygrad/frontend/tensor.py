@@ -19,6 +19,7 @@ from plygrad.frontend.lazy import (
     DONE_ASSIGNS,
     PENDING_ASSIGNS,
     Scalar,
+    base_of,
     buffer_view,
     resolve_device,
     stop_gradient,
@@ -49,12 +50,6 @@ def _to_bfloat16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     nan = np.isnan(np.asarray(array, dtype=np.float32))
     return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
-
-
-def _is_assign(node: UOp) -> bool:
-    while node.op is Ops.RESHAPE:
-        node = node.src[0]
-    return node.op is Ops.ASSIGN
 
 
 class Tensor(CreationOps):
@@ -125,7 +120,7 @@ class Tensor(CreationOps):
             claimed: set[int] = set()
             for t, out in zip(computed, outputs, strict=True):
                 own = out
-                if out.id in claimed and not _is_assign(t.uop):
+                if out.id in claimed and base_of(t.uop).op is not Ops.ASSIGN:
                     # identical graphs are one hash-consed node, computed once; separate tensors still get
                     # separate memory, or an assign into one would change the other
                     own = Buffer(out.device, out.size, out.dtype).copyin(out.copyout())
@@ -139,9 +134,7 @@ class Tensor(CreationOps):
         done, and the target may be a view of part of `buf`). A tensor that requires grad (and is not a leaf) leaves
         its graph with autograd, which differentiates through it (`loss.item(); loss.backward()`)."""
         graph, inputs = self.uop, self.inputs
-        base = self.uop
-        while base.op is Ops.RESHAPE:
-            base = base.src[0]
+        base = base_of(self.uop)
         if base.op is Ops.ASSIGN:
             DONE_ASSIGNS[base] = base.src[0]
             waiting = PENDING_ASSIGNS.get(written_buffer(base.src[0]).arg.id, [])
@@ -152,10 +145,6 @@ class Tensor(CreationOps):
             if self._requires_grad and not autograd.is_leaf(self):
                 autograd.record_realized(self.uop, graph, inputs)
         self.inputs = frozenset((buf,))
-
-    def contiguous(self) -> Self:
-        """A tensor stored in its own buffer in row-major order (a fusion boundary for the scheduler)."""
-        return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
 
     def to(self, device: str) -> Tensor:
         """This tensor on `device` (a COPY when it is another device)."""
@@ -203,13 +192,6 @@ class Tensor(CreationOps):
         return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device} {state}>"
 
     # ---- autograd -----------------------------------------------------------------------------------------------
-    def requires_grad_(self, requires_grad: bool = True) -> Self:
-        """Make this tensor a leaf that gradients flow to (or stop them: False). Only floating-point tensors can
-        require grad. A leaf needs a graph node of its own, so one that is not already a buffer is realized here
-        (two `Tensor.zeros(3)` are one hash-consed graph node until then)."""
-        self._set_requires_grad(requires_grad)
-        return self
-
     def _set_requires_grad(self, value: bool | None) -> None:
         if value and not self.dtype.is_float:
             raise DTypeError(f"requires_grad: only floating-point tensors can require gradients, got a "
