@@ -246,9 +246,9 @@ def test_float_constants_fold_at_their_dtype() -> None:
     assert math.isnan(simplify(nan).arg)
 
 
-def test_division_by_zero_is_left_alone() -> None:
-    expr = idx(1) // idx(0)
-    assert simplify(expr) is expr
+def test_division_by_zero_folds_to_its_defined_value() -> None:
+    assert simplify(idx(1) // idx(0)) is idx(0)
+    assert simplify(idx(-7) % idx(0)) is idx(0)
 
 
 class TestFixedWidthPolicy:

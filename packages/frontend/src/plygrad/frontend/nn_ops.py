@@ -486,8 +486,9 @@ class NNOps(ActivationOps):
     def layernorm(self, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Self:
         """(x - mean) / sqrt(var + eps) over `axis`, with the biased variance (as F.layer_norm), no affine."""
         x = self._float_input()
-        centred = x.sub(x.mean(axis, keepdim=True))
-        return centred.mul(centred.square().mean(axis, keepdim=True).add(eps).rsqrt())
+        wide = x._cast_to(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x  # as PyTorch
+        centred = wide.sub(wide.mean(axis, keepdim=True))
+        return centred.mul(centred.square().mean(axis, keepdim=True).add(eps).rsqrt())._cast_to(x.dtype)
 
     def batchnorm(self, weight: Self | None, bias: Self | None, mean: Self, invstd: Self,
                   axis: int | Sequence[int] = 1) -> Self:

@@ -3,20 +3,31 @@
 A REDUCE in the IR keeps reduced axes as size 1 (docs/ir.md §4.6); `keepdim=False` is a RESHAPE on top, which the
 scheduler strips for free. Sums accumulate in `sum_acc_dtype` (bool and narrow integers would overflow otherwise);
 float16 and bfloat16 accumulate in float32 and round once at the end, as PyTorch does, since a long half-precision
-running sum loses every small addend. matmul is a broadcast multiply and a sum over the shared axis: the scheduler
-fuses the two into one kernel.
+running sum loses every small addend; mean, softmax and matmul of half floats also compute in float32 and round once.
+
+Long float sums are blocked (`_blocked_sum`): a sum over more than SPLIT_ABOVE elements becomes sums of blocks of
+BLOCK elements, then a sum of those partial sums (again blocked if there are many), so no accumulator ever adds more
+than BLOCK terms. A single running float32 sum stops growing at 2^24 (adding 1.0 to 16777216.0 gives 16777216.0)
+and its rounding error grows with n; blocked, the error grows like BLOCK * log_BLOCK(n) and 2^25 ones sum exactly.
+It also gives the first kernel one independent partial per block, which the CPU backend spreads over its cores.
+Every reduction kernel a scheduler or code generator makes from this graph keeps the property: it is in the graph.
+
+matmul is a broadcast multiply and a sum over the shared axis: the scheduler fuses the two into one kernel.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Self
+from typing import Final, Self
 
 from plygrad.frontend.movement import MovementOps
 from plygrad.ir import DType, Ops, ShapeError, UOp, dtypes, result_dtype, sum_acc_dtype
 
 Axis = int | Sequence[int] | None
 HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
+SPLIT_ABOVE: Final = 1 << 14  # float sums over more elements than this are blocked
+BLOCK: Final = 1 << 12  # terms one accumulator adds at most in a blocked sum
 
 
 class ReduceOps(MovementOps):
@@ -28,8 +39,28 @@ class ReduceOps(MovementOps):
         axes = self._axes(axis, name)
         if not axes:
             return self
-        kept = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes)))
+        if op is Ops.ADD and self.dtype.is_float and math.prod(self.shape[a] for a in axes) > SPLIT_ABOVE:
+            kept = self._blocked_sum(axes)
+        else:
+            kept = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes)))
         return kept if keepdim else kept.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
+
+    def _blocked_sum(self, axes: tuple[int, ...]) -> Self:
+        """The float sum over `axes` (kept as size 1) with no accumulator adding more than BLOCK terms: the reduced
+        axes are moved last and flattened, zero-padded to whole blocks, and summed block by block, level after level
+        (see the module docstring)."""
+        kept_axes = tuple(i for i in range(self.ndim) if i not in axes)
+        kept_shape = tuple(self.shape[i] for i in kept_axes)
+        n = math.prod(self.shape[a] for a in axes)
+        x = self.permute(*kept_axes, *axes).reshape(*kept_shape, n)
+        while n > SPLIT_ABOVE:
+            blocks = -(-n // BLOCK)
+            padded = x._pad_zeros(((0, 0),) * len(kept_shape) + ((0, blocks * BLOCK - n),))
+            x = padded.reshape(*kept_shape, blocks, BLOCK)
+            x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (Ops.ADD, (x.ndim - 1,)))).reshape(*kept_shape, blocks)
+            n = blocks
+        total = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (Ops.ADD, (x.ndim - 1,))))
+        return total.reshape(tuple(1 if i in axes else d for i, d in enumerate(self.shape)))
 
     def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Self:
         """The sum over `axis` (all axes when None; `()` reduces nothing, like NumPy). Bool and narrow integers
@@ -72,24 +103,27 @@ class ReduceOps(MovementOps):
         count = 1
         for a in axes:
             count *= self.shape[a]
-        total = self.sum(axis, keepdim)
         if not self.dtype.is_float:
-            total = total._cast_to(dtypes.default_float)
-        elif total.dtype is not self.dtype:
-            total = total._cast_to(self.dtype)
-        return total.div(float(count)) if count else total.mul(float("nan"))
+            total = self.sum(axis, keepdim)._cast_to(dtypes.default_float)
+            return total.div(float(count)) if count else total.mul(float("nan"))
+        # half floats: divide the float32 sum, then round once (rounding the sum first overflows past 65504)
+        wide = self._cast_to(dtypes.float32) if self.dtype in HALF_FLOATS else self
+        total = wide._reduce(Ops.ADD, axis, keepdim, "mean")
+        return (total.div(float(count)) if count else total.mul(float("nan")))._cast_to(self.dtype)
 
     def softmax(self, axis: int = -1) -> Self:
         """exp(x - max) / sum(exp(x - max)) over `axis`: the max keeps exp from overflowing."""
         x = self._float_input()
-        shifted = x.sub(x.max(axis, keepdim=True))
+        wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x  # rounded once, as PyTorch
+        shifted = wide.sub(wide.max(axis, keepdim=True))
         e = shifted.exp()
-        return e.div(e.sum(axis, keepdim=True))
+        return e.div(e.sum(axis, keepdim=True))._cast_to(x.dtype)
 
     def log_softmax(self, axis: int = -1) -> Self:
         x = self._float_input()
-        shifted = x.sub(x.max(axis, keepdim=True))
-        return shifted.sub(shifted.exp().sum(axis, keepdim=True).log())
+        wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x
+        shifted = wide.sub(wide.max(axis, keepdim=True))
+        return shifted.sub(shifted.exp().sum(axis, keepdim=True).log())._cast_to(x.dtype)
 
     def matmul(self, other: Self) -> Self:
         """NumPy's matmul: 1-D operands gain and lose an axis, leading (batch) axes broadcast."""
@@ -104,8 +138,10 @@ class ReduceOps(MovementOps):
         n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
         left = a.reshape(*a.shape[:-2], n, 1, k)
         right = b.transpose(-1, -2).reshape(*b.shape[:-2], 1, m, k)
-        product = left._cast_to(dt).mul(right._cast_to(dt)).sum(-1)
-        product = product._cast_to(dt)  # the sum accumulated in sum_acc_dtype (bool, narrow ints)
+        # half floats multiply in float32 (a product of two halves is exact there) and accumulate there, as PyTorch
+        wide = dtypes.float32 if dt in HALF_FLOATS else dt
+        product = left._cast_to(wide).mul(right._cast_to(wide)).sum(-1)
+        product = product._cast_to(dt)  # the sum accumulated in sum_acc_dtype (bool, narrow ints) or float32
         if self.ndim == 1:
             product = product.squeeze(-2)
         if other.ndim == 1:

@@ -52,6 +52,10 @@ def _to_bfloat16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
 
 
+def _fits(array: np.ndarray[Any, Any], dtype: DType) -> bool:
+    return array.size == 0 or (dtype.min <= int(array.min()) and int(array.max()) <= dtype.max)
+
+
 class Tensor(CreationOps):
     """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]])`, `Tensor(np_array)`, `Tensor.rand(3, 4)`."""
 
@@ -81,10 +85,12 @@ class Tensor(CreationOps):
             self.uop, self.inputs = UOp.const(dtypes.from_py(data) if dtype is None else dtype, data), frozenset()
             return
         array = data if isinstance(data, np.ndarray) else np.array(data)
-        if not isinstance(data, np.ndarray):  # Python lists follow PyTorch's defaults, not NumPy's 64-bit ones
+        # Python lists follow PyTorch's defaults, not NumPy's 64-bit ones; with a dtype given they go straight to it
+        # (through the defaults first, -2**63 as int64 or 1e19 as float64 would arrive wrong)
+        if not isinstance(data, np.ndarray) and dtype is None:
             if array.dtype.kind == "f":
                 array = array.astype(_numpy_dtype(dtypes.default_float))
-            elif array.dtype.kind in "iu":
+            elif array.dtype.kind in "iu" and _fits(array, dtypes.default_int):  # else int64, never wrapped
                 array = array.astype(_numpy_dtype(dtypes.default_int))
         dt = _plygrad_dtype(array) if dtype is None else dtype
         host = _to_bfloat16_bits(array) if dt is dtypes.bfloat16 else array.astype(_numpy_dtype(dt), copy=False)

@@ -60,9 +60,8 @@ def _lookup(node: UOp, env: Mapping[str, ConstType], values: dict[UOp, ConstType
 def evaluate(root: UOp, env: Mapping[str, ConstType] | None = None) -> ConstType:
     """The value of the scalar graph `root` with free variables taken from `env` (see the module docstring).
 
-    Raises EvaluationError for missing/out-of-range variables and ops that have no scalar value, and lets
-    ZeroDivisionError/ValueError from `exec_alu` through where C leaves the result undefined (division by zero,
-    out-of-range shifts).
+    Raises EvaluationError for missing/out-of-range variables and ops that have no scalar value. Division by zero
+    and out-of-range shifts have the values `exec_alu` defines for them (docs/ir.md §5).
     """
     env = {} if env is None else env
     order = list(root.sparents())

@@ -256,14 +256,16 @@ def _trunc(x: float) -> float:
 
 
 def _idiv(x: int, y: int) -> int:
+    # C traps (SIGFPE) or gives garbage here; the IR defines x / 0 = 0, as NumPy does (docs/ir.md §5)
     if y == 0:
-        raise ZeroDivisionError("integer division by zero is undefined")
+        return 0
     q = abs(x) // abs(y)
     return q if (x < 0) == (y < 0) else -q
 
 
 def _mod(x: int, y: int) -> int:
-    return x - y * _idiv(x, y)
+    # x % 0 = 0 (NumPy's answer), so x == y * (x / y) + x % y holds only where y != 0
+    return 0 if y == 0 else x - y * _idiv(x, y)
 
 
 def _rotl32(x: int, r: int) -> int:
@@ -290,14 +292,16 @@ def threefry2x32(counter: int, key: int) -> int:
 
 
 def _shl(dt: DType, x: int, y: int) -> int:
+    # C leaves shifts by a negative amount or by >= the width undefined; the IR shifts every bit out (NumPy)
     if not 0 <= y < dt.bitsize:
-        raise ValueError(f"shift by {y} is undefined for {dt!r}")
+        return 0
     return x << y
 
 
 def _shr(dt: DType, x: int, y: int) -> int:
+    # out-of-range amounts shift every bit out: 0, or -1 for a negative signed value (the sign fills, NumPy)
     if not 0 <= y < dt.bitsize:
-        raise ValueError(f"shift by {y} is undefined for {dt!r}")
+        return -1 if x < 0 else 0
     return x >> y
 
 
@@ -326,8 +330,8 @@ _COMPARE: Final[dict[Ops, Callable[[ConstType, ConstType], bool]]] = {
 
 def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...]) -> ConstType:
     """The exact value of ALU `op` whose result dtype is `dtype` (for comparisons: the operands' dtype is what
-    matters, the result is bool). Raises ZeroDivisionError/ValueError where C leaves the result undefined
-    (integer division by zero, out-of-range shifts), so a folding pass can leave such nodes alone.
+    matters, the result is bool). Total: where C leaves a result undefined the IR defines one (x / 0 = x % 0 = 0,
+    MIN / -1 = MIN, out-of-range shifts shift every bit out, float -> int of NaN/inf is 0; docs/ir.md §5).
     """
     if op in _COMPARE:
         return _COMPARE[op](operands[0], operands[1])

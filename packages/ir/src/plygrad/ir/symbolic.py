@@ -2,7 +2,7 @@
 
 Three tables, composed once at the bottom of this file:
 - `constant_folding`: an ALU op whose sources are all constants becomes the constant `exec_alu` computes at the
-  node's dtype (nodes where C leaves the result undefined, like a division by zero, are left alone).
+  node's dtype (including the IR's defined results where C has none: x / 0 = 0, docs/ir.md §5).
 - `algebraic`: identities that are exact for the dtype. Floats only get the ones that hold for every float
   (x*1, x-0.0, --x, max(x,x), where(c,x,x), ...): x+0, x*0 and x-x are wrong for NaN, inf or -0.0, and floats
   are never reassociated.
@@ -44,7 +44,7 @@ def _const(dtype: DType, value: ConstType) -> UOp:
 
 # ---- constant folding ---------------------------------------------------------------------------------------------
 def fold_alu(x: UOp) -> UOp | None:
-    """An ALU op of constants is the constant it computes (left alone where C leaves it undefined)."""
+    """An ALU op of constants is the constant it computes (left alone where exec_alu has no value for it)."""
     if x.dtype.count != 1:
         return None
     dtype = x.src[0].dtype if x.op in GroupOp.Comparison else x.dtype

@@ -368,8 +368,8 @@ def _dtype_bounds(dt: DType) -> tuple[ConstType, ConstType]:
 
 
 # Integer interval rules: op -> function of (node, *source bounds) giving the node's bounds before wraparound, or
-# None where the op gives no useful bound. Each rule is sound where the op is defined (division by zero and
-# out-of-range shifts are not values, see scalar.exec_alu).
+# None where the op gives no useful bound. Each rule covers every value the op takes, including the defined results
+# of what C leaves undefined (x / 0 = x % 0 = 0, out-of-range shifts give 0 or -1: scalar.exec_alu).
 _IntBounds = tuple[int, int]
 
 
@@ -382,24 +382,30 @@ def _corners(fn: Callable[[int, int], int], x: _IntBounds, y: _IntBounds) -> _In
 def _idiv_bounds(node: UOp, x: _IntBounds, y: _IntBounds) -> _IntBounds | None:
     if y[0] > 0 or y[1] < 0:  # trunc(x/y) is monotone in each argument when y keeps its sign
         return _corners(_idiv, x, y)
-    if y[0] == y[1] == 0:  # always undefined
-        return None
-    return (min(x[0], -x[1]), max(x[1], -x[0]))  # where defined (y != 0): |x / y| <= |x|
+    if y[0] == y[1] == 0:  # x / 0 = 0
+        return (0, 0)
+    return (min(x[0], -x[1], 0), max(x[1], -x[0], 0))  # |x / y| <= |x| for y != 0, and x / 0 = 0
 
 
 def _mod_bounds(node: UOp, x: _IntBounds, y: _IntBounds) -> _IntBounds | None:
-    if y[0] == y[1] == 0:
-        return None
-    m = max(abs(y[0]), abs(y[1])) - 1  # where defined (y != 0): |x % y| < |y| and |x % y| <= |x|, sign of x
+    if y[0] == y[1] == 0:  # x % 0 = 0
+        return (0, 0)
+    m = max(abs(y[0]), abs(y[1])) - 1  # |x % y| < |y| and |x % y| <= |x| with x's sign for y != 0; x % 0 = 0
     return (0 if x[0] >= 0 else max(x[0], -m), 0 if x[1] <= 0 else min(x[1], m))
 
 
 def _shift_bounds(node: UOp, x: _IntBounds, s: _IntBounds) -> _IntBounds | None:
-    lo, hi = max(s[0], 0), min(s[1], node.dtype.scalar().bitsize - 1)  # other shift amounts are undefined
+    bits = node.dtype.scalar().bitsize
+    lo, hi = max(s[0], 0), min(s[1], bits - 1)
+    # an amount outside [0, bits) shifts every bit out: 0, or -1 for SHR of a negative value
+    out: list[int] = []
+    if s[0] < 0 or s[1] >= bits:
+        out = [0, -1] if node.op is Ops.SHR and x[0] < 0 else [0]
     if lo > hi:
-        return None
+        return (min(out), max(out))
     # x << s and x >> s are monotone in x and in s (the direction in s follows x's sign)
-    return _corners(operator.lshift if node.op is Ops.SHL else operator.rshift, x, (lo, hi))
+    inner = _corners(operator.lshift if node.op is Ops.SHL else operator.rshift, x, (lo, hi))
+    return (min(inner[0], *out), max(inner[1], *out)) if out else inner
 
 
 def _bitwise_bounds(node: UOp, x: _IntBounds, y: _IntBounds) -> _IntBounds:

@@ -4,6 +4,9 @@
 a THREAD range gets `#pragma omp parallel for`. ALU ops follow docs/ir.md §5 exactly: fixed-width integers wrap
 (signed arithmetic goes through the unsigned type of the same width, since signed overflow is undefined in C),
 IDIV/MOD are C's `/` and `%`, MAX propagates NaN, float16/bfloat16 compute in float and round after every op.
+Where C leaves a result undefined, the IR defines one and the source computes it, guarded only where the operands'
+bounds (`UOp.vmin/vmax`) do not already rule the case out: x / 0 = x % 0 = 0 (C traps), MIN / -1 wraps, shifts by
+a negative amount or by >= the width shift every bit out, float -> int of NaN/inf is 0 and out of range wraps.
 Vector values (vectorize.py) use GCC/Clang vector extensions: `plygrad_float8` is `float` x 8, loaded and stored
 with `__builtin_memcpy` (never assuming alignment), a lane is `v[j]`, a VECTORIZE a compound literal.
 """
@@ -258,10 +261,9 @@ class _CFunction:
             if dtype is dtypes.float16:  # rounded once from the source type (float64, int64), not via float
                 return self.rounded(dtype, src)
             return self.rounded(dtype, f"({c_local(dtype)})({src})")
-        if x.dtype.kind is DTypeKind.FLOAT:  # truncate toward zero, then wrap to the width
-            if dtype is dtypes.uint64:
-                return f"(({src}) < 0 ? (uint64_t)(int64_t)({src}) : (uint64_t)({src}))"
-            return f"(({c_local(dtype)})(int64_t)({src}))"
+        if x.dtype.kind is DTypeKind.FLOAT:  # truncate toward zero, then wrap to the width; NaN/inf give 0
+            self.helpers.add("f2i")
+            return f"(({c_local(dtype)})plygrad_f2i((double)({src})))"
         return f"(({c_local(dtype)})({src}))"
 
     def bitcast(self, x: UOp, dtype: DType) -> str:
@@ -289,19 +291,65 @@ def _infix(r: _CFunction, node: UOp, a: list[str]) -> str:
     if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL):
         sym = "|" if op is Ops.ADD else "&"
     expr = f"({a[0]} {sym} {a[1]})"
+    if op in (Ops.IDIV, Ops.MOD):
+        return _division(node, a)
+    if op in (Ops.SHL, Ops.SHR) and dtype is not dtypes.index:
+        return _shift(node, a, sym)
     if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) or dtype is dtypes.index or dtype is dtypes.bool:
         return expr
     if dtype.kind is DTypeKind.FLOAT:
         return r.rounded(dtype, expr)
-    if op in (Ops.IDIV, Ops.MOD) and dtype.kind is DTypeKind.SIGNED and dtype.itemsize >= 4:
-        # MIN / -1 traps on x86; the IR wraps it (MIN / -1 = MIN, MIN % -1 = 0)
-        wide = _wide_unsigned(dtype)
-        wrapped = f"(({c_local(dtype)})(0 - ({wide}){a[0]}))" if op is Ops.IDIV else "0"
-        return f"({a[1]} == -1 ? {wrapped} : ({c_local(dtype)}){expr})"
     if op in _WRAPPING:
         wide = _wide_unsigned(dtype)
         return f"(({c_local(dtype)})(({wide}){a[0]} {sym} ({wide}){a[1]}))"
     return f"(({c_local(dtype)}){expr})"
+
+
+def _can_be(x: UOp, value: int) -> bool:
+    """Whether `x` may take `value`, as far as its interval bounds tell (a node without bounds may take any)."""
+    try:
+        return bool(x.vmin <= value <= x.vmax)
+    except (TypeError, ValueError):
+        return True
+
+
+def _division(node: UOp, a: list[str]) -> str:
+    """IDIV/MOD on integers: C's `/` and `%`, with the cases C traps on defined (x / 0 = x % 0 = 0, MIN / -1 =
+    MIN and MIN % -1 = 0, both wrapped) and guarded only where the divisor's bounds allow them."""
+    dtype, divisor = node.dtype, node.src[1]
+    expr = f"({a[0]} {_INFIX[node.op]} {a[1]})"
+    if dtype is not dtypes.index:
+        expr = f"(({c_local(dtype)}){expr})"
+        # MIN / -1 overflows (x86 traps); only int32/int64 can hit it, narrower types divide as promoted ints
+        if dtype.kind is DTypeKind.SIGNED and dtype.itemsize >= 4 and _can_be(divisor, -1):
+            wide = _wide_unsigned(dtype)
+            wrapped = f"(({c_local(dtype)})(0 - ({wide}){a[0]}))" if node.op is Ops.IDIV else "0"
+            expr = f"({a[1]} == -1 ? {wrapped} : {expr})"
+    if _can_be(divisor, 0):
+        expr = f"({a[1]} == 0 ? 0 : {expr})"
+    return expr
+
+
+def _shift(node: UOp, a: list[str], sym: str) -> str:
+    """SHL/SHR at the dtype's width; an amount outside [0, width) (undefined in C) shifts every bit out: 0, or -1
+    for SHR of a negative signed value. SHL goes through the unsigned type, as signed overflow is undefined."""
+    dtype, amount = node.dtype, node.src[1]
+    local = c_local(dtype)
+    if node.op is Ops.SHL:
+        wide = _wide_unsigned(dtype)
+        shifted = f"(({local})(({wide}){a[0]} << ({wide}){a[1]}))"
+    else:
+        shifted = f"(({local})({a[0]} >> {a[1]}))"
+    bits = dtype.bitsize
+    try:
+        in_range = int(amount.vmin) >= 0 and int(amount.vmax) < bits
+    except (TypeError, ValueError):
+        in_range = False
+    if in_range:
+        return shifted
+    out = f"({a[0]} < 0 ? ({local})-1 : ({local})0)" if node.op is Ops.SHR and dtype.kind is DTypeKind.SIGNED \
+        else f"(({local})0)"
+    return f"((uint64_t)({a[1]}) < {bits}u ? {shifted} : {out})"
 
 
 def _neg(r: _CFunction, node: UOp, a: list[str]) -> str:

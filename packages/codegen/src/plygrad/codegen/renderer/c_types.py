@@ -81,6 +81,16 @@ static inline float plygrad_half_to_float(uint16_t h) {
 #endif
 #define plygrad_round_half(x) plygrad_half_to_float(plygrad_to_half(x))
 """,
+    # float -> integer as docs/ir.md §5 defines it (C leaves NaN, inf and out-of-range values undefined): truncate
+    # toward zero and wrap modulo 2^64 (fmod is exact), NaN and inf give 0; the caller narrows the bits to its width.
+    # In-range values take the first, branch-predictable test.
+    "f2i": """static inline uint64_t plygrad_f2i(double x) {
+  if (x > -9223372036854775808.0 && x < 9223372036854775808.0) return (uint64_t)(int64_t)x;
+  if (x != x || x == INFINITY || x == -INFINITY) return 0;
+  double m = fmod(trunc(x), 18446744073709551616.0);
+  return m >= 0 ? (uint64_t)m : (uint64_t)0 - (uint64_t)(-m);
+}
+""",
     "fmax": """static inline float plygrad_fmaxf(float a, float b) {
   if (a != a || b != b) return a + b; /* NaN propagates */
   if (a == b) return signbit(a) ? b : a; /* max(-0.0, 0.0) is 0.0 */
