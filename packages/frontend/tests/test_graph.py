@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plygrad.frontend import DTypeError, ShapeError, Tensor, dtypes
-from plygrad.ir import Ops, Stage, UOp, broadcast_shapes, deserialize, serialize, verify
+from plygrad.frontend.reduce import BLOCK, SPLIT_ABOVE
+from plygrad.ir import DType, Ops, Stage, UOp, broadcast_shapes, deserialize, serialize, verify
 
 DIMS = st.lists(st.integers(0, 4), min_size=0, max_size=4).map(tuple)
 
@@ -163,3 +164,21 @@ def test_rand_graphs_are_fixed_by_the_seed_and_advance_per_call() -> None:
     assert first is not second, "each call draws the next counter values"
     assert any(node.op is Ops.THREEFRY for node in first.toposort)
     tensor_stage_ok(Tensor.randn(2, 3))
+
+
+@given(st.integers(1, 3), st.integers(2**14 - 3, 2**22), st.sampled_from([dtypes.float32, dtypes.float16]))
+def test_long_float_sums_are_blocked_so_no_accumulator_adds_more_than_a_block(rows: int, n: int, dt: DType) -> None:
+    x = Tensor.empty(rows, n, dtype=dt)
+    out = x.sum(1)
+    assert out.shape == (rows,) and out.dtype is dt
+    reduces = [u for u in UOp(Ops.SINK, dtypes.void, (out.uop,)).toposort if u.op is Ops.REDUCE]
+    for r in reduces:
+        src_shape = r.src[0].shape
+        assert src_shape is not None
+        terms = 1
+        for a in r.arg[1]:
+            terms *= src_shape[a]
+        assert terms <= max(BLOCK, SPLIT_ABOVE)
+        assert r.dtype is dtypes.float32  # halves accumulate in float32
+    assert len(reduces) == (1 if n <= SPLIT_ABOVE else 2 if -(-n // BLOCK) <= SPLIT_ABOVE else 3)
+    tensor_stage_ok(out)
