@@ -3,14 +3,17 @@ reference `safetensors` library, hostile files, memory-mapped laziness) and PyTo
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import re
 import struct
 import subprocess
 import sys
 import textwrap
 import time
+import tracemalloc
 import zipfile
 from collections import OrderedDict, namedtuple
 from pathlib import Path
@@ -284,6 +287,9 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "reversed offsets": (_file({"a": {**_F32, "data_offsets": [8, 0]}}, bytes(8)), "data_offsets"),
     "float offsets": (_file({"a": {**_F32, "data_offsets": [0.0, 8.0]}}, bytes(8)), "data_offsets"),
     "size mismatch": (_file({"a": {**_F32, "shape": [3]}}, bytes(8)), "needs 12 bytes"),
+    "terabyte offsets": (_file({"a": {**_F32, "shape": [2**38], "data_offsets": [0, 2**40]}}, bytes(8)),
+                         r"data_offsets \[0, 1099511627776\].*<= 8 "),
+    "terabyte shape": (_file({"a": {**_F32, "shape": [2**38]}}, bytes(8)), "needs 1099511627776 bytes but"),
     "overlap": (_file({"a": _F32, "b": {**_F32, "data_offsets": [4, 12]}}, bytes(12)), "overlap"),
     "bad metadata": (_file({"__metadata__": {"k": 1}}), "__metadata__"),
 }
@@ -480,3 +486,150 @@ def test_torch_load_never_imports_torch(tmp_path: Path) -> None:
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+# ---- checkpoints that claim more than they hold ---------------------------------------------------------------------
+_BOMB_BYTES = 200 << 20  # what the crafted entry inflates to; its tensor needs 16 bytes
+_SMALL_PEAK = 16 << 20
+
+
+def _recompressed(src: Path, dst: Path, data_entry: bytes | None = None) -> None:
+    """`src` rewritten with every entry ZIP_DEFLATED; the storage entry replaced by `data_entry` zeros if given
+    (streamed, so the test itself never holds them)."""
+    with zipfile.ZipFile(src) as s, zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED) as d:
+        for info in s.infolist():
+            if "/data/" in info.filename and data_entry is not None:
+                with d.open(info.filename, "w") as f:
+                    for _ in range(len(data_entry) // (1 << 20)):
+                        f.write(data_entry[:1 << 20])
+                continue
+            d.writestr(info.filename, s.read(info))
+
+
+def _patch_sizes(path: Path, entry: str, *, uncompressed: int | None = None, compressed: int | None = None) -> None:
+    """Make the zip's local header and central directory lie about `entry`'s sizes (a crafted file)."""
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        offset = z.getinfo(entry).header_offset
+    central = struct.unpack_from("<I", raw, raw.rindex(b"PK\x05\x06") + 16)[0]  # the central directory's offset
+    while raw[central + 46:central + 46 + len(entry)] != entry.encode():
+        central = raw.index(b"PK\x01\x02", central + 4)
+    for value, local_at, central_at in ((compressed, 18, 20), (uncompressed, 22, 24)):
+        if value is not None:
+            struct.pack_into("<I", raw, offset + local_at, value)
+            struct.pack_into("<I", raw, central + central_at, value)
+    path.write_bytes(raw)
+
+
+def _peak_while(action: Any) -> tuple[BaseException | None, int]:
+    """(what `action()` raised, the peak bytes Python allocated meanwhile)."""
+    tracemalloc.start()
+    try:
+        action()
+        raised: BaseException | None = None
+    except Exception as e:
+        raised = e
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return raised, peak
+
+
+@pytest.fixture(scope="module")
+def zip_bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint of one 4-element float32 tensor whose (deflated, ~200 KB) data entry inflates to 200 MB."""
+    folder = tmp_path_factory.mktemp("bomb")
+    torch.save({"w": torch.ones(4)}, folder / "small.pt")
+    _recompressed(folder / "small.pt", folder / "bomb.pt", bytes(_BOMB_BYTES))
+    return folder / "bomb.pt"
+
+
+@pytest.mark.parametrize("sizes", ["honest", "lying"])
+def test_torch_load_refuses_a_zip_bomb_without_inflating_it(zip_bomb: Path, tmp_path: Path, sizes: str) -> None:
+    """The entry's size fields either say 200 MB (refused from the directory alone) or lie and say 16 bytes
+    (inflation stops at 16 bytes and the CRC check fails): either way a clear error, never 200 MB in memory."""
+    path = tmp_path / "bomb.pt"
+    path.write_bytes(zip_bomb.read_bytes())
+    assert path.stat().st_size < _BOMB_BYTES // 100
+    if sizes == "lying":
+        _patch_sizes(path, "small/data/0", uncompressed=16)
+    raised, peak = _peak_while(lambda: torch_load(path))
+    assert isinstance(raised, CheckpointError), raised
+    expected = "holds 209715200 bytes but the pickle declares 4 float32 elements, which are 16 bytes" \
+        if sizes == "honest" else "CRC"
+    assert expected in str(raised) and str(path) in str(raised)
+    assert peak < _SMALL_PEAK, f"torch_load allocated {peak} bytes for a 16-byte tensor"
+
+
+def test_torch_load_refuses_declared_bytes_deflate_cannot_produce(tmp_path: Path) -> None:
+    torch.save({"w": torch.ones(1 << 16)}, tmp_path / "plain.pt")
+    path = tmp_path / "deflated.pt"
+    _recompressed(tmp_path / "plain.pt", path)
+    _patch_sizes(path, "plain/data/0", compressed=8)
+    raised, peak = _peak_while(lambda: torch_load(path))
+    assert isinstance(raised, CheckpointError)
+    assert "declares 262144 bytes, but its 8 compressed bytes can expand to at most" in str(raised)
+    assert peak < _SMALL_PEAK
+
+
+def test_torch_load_reads_compressed_checkpoints(tmp_path: Path) -> None:
+    """A checkpoint rezipped with deflate (torch.save stores entries uncompressed) loads through the bounded reader."""
+    sd = _torch_checkpoint()
+    torch.save(sd, tmp_path / "model.pt")
+    _recompressed(tmp_path / "model.pt", tmp_path / "deflated.pt")
+    with zipfile.ZipFile(tmp_path / "deflated.pt") as z:
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_DEFLATED}
+    loaded = torch_load(tmp_path / "deflated.pt")
+    for k, v in sd.items():
+        np.testing.assert_array_equal(loaded[k].numpy(), _as_numpy(v.detach()), err_msg=k)
+
+
+class _ClaimedStorage:
+    """A storage a crafted legacy pickle refers to, declaring `numel` float32 elements."""
+
+    def __init__(self, numel: int) -> None:
+        self.numel = numel
+
+
+class _ClaimedTensor:
+    def __init__(self, storage: _ClaimedStorage) -> None:
+        self.storage = storage
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (torch._utils._rebuild_tensor_v2, (self.storage, 0, (4,), (1,), False, OrderedDict()))
+
+
+class _LegacyPickler(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, _ClaimedStorage):
+            return ("storage", torch.FloatStorage, "0", "cpu", obj.numel, None)
+        return None
+
+
+def _legacy_checkpoint(declared: int, stored_count: int, payload: bytes) -> bytes:
+    """The pre-1.6 torch.save layout, written by hand so the pickle and the data can disagree."""
+    obj = io.BytesIO()
+    _LegacyPickler(obj, protocol=2).dump({"w": _ClaimedTensor(_ClaimedStorage(declared))})
+    head = b"".join(pickle.dumps(x, protocol=2) for x in
+                    (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True}))
+    return head + obj.getvalue() + pickle.dumps(["0"], protocol=2) + struct.pack("<q", stored_count) + payload
+
+
+def test_legacy_checkpoint_written_by_hand_loads(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.pt"
+    path.write_bytes(_legacy_checkpoint(4, 4, np.arange(4, dtype=np.float32).tobytes()))
+    np.testing.assert_array_equal(torch_load(path)["w"].numpy(), np.arange(4, dtype=np.float32))
+    assert torch.load(path, weights_only=True)["w"].tolist() == [0.0, 1.0, 2.0, 3.0]  # the layout is torch's
+
+
+@pytest.mark.parametrize(("declared", "stored", "message"), [
+    (2**40, 2**40, r"declares 1099511627776 float32 elements \(4398046511104 bytes\) but only 16 bytes are left"),
+    (4, 2**40, "stored with 1099511627776 elements where the pickle declares 4"),
+], ids=["pickle and data claim a terabyte", "data claims more than the pickle"])
+def test_legacy_checkpoint_claiming_too_many_elements(tmp_path: Path, declared: int, stored: int,
+                                                      message: str) -> None:
+    path = tmp_path / "legacy.pt"
+    path.write_bytes(_legacy_checkpoint(declared, stored, bytes(16)))
+    raised, peak = _peak_while(lambda: torch_load(path))
+    assert isinstance(raised, CheckpointError)
+    assert re.search(message, str(raised)) and str(path) in str(raised), raised
+    assert peak < _SMALL_PEAK

@@ -5,26 +5,51 @@ kept under a key that hashes everything that decides it: the source, the seriali
 `cache_key` (compiler, version, flags). On disk each entry is one file written atomically (temp file + rename), so
 concurrent processes never see half an entry. Every entry carries a digest of its payload: a corrupt or truncated
 file is discarded and the program recompiled, never an error (a cache is an optimization, not a source of truth).
+
+The cache folder is not trusted either, since anything may have put files there (a crashed writer, a copied folder,
+another tool, another user):
+- an entry is read only if it is a regular file (opened without following a symlink and without blocking, so a
+  FIFO or a link to /dev/zero costs one `open`) of at most `MAX_ENTRY_BYTES`;
+- an entry whose digest is right but whose payload the backend cannot load is discarded and the program compiled
+  again, once (`load`); only a freshly compiled binary that does not load either is an error;
+- a folder that cannot be written, or an entry that cannot be removed, only costs a compile: the binary is kept in
+  memory and the run goes on;
+- temp files a killed writer left behind are removed the first time a process uses the folder (`tempfiles`).
+
+Threads may compile and look up concurrently: the dictionaries are guarded by one lock, and a per-key lock makes
+threads that want the same program wait for one compile instead of each running the compiler.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
-import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
-from plygrad.runtime import config
+from plygrad.runtime import config, tempfiles
+from plygrad.runtime.errors import BackendError
 from plygrad.runtime.plugin import Compiler
 
 _MAGIC: Final = b"PLYBIN1\n"
 _DIGEST_SIZE: Final = 32
 _LENGTH: Final = struct.Struct("<Q")
 _HEADER_SIZE: Final = len(_MAGIC) + _DIGEST_SIZE + _LENGTH.size
+# far above any compiled kernel (a few hundred KiB); bounds what one entry can make this process allocate
+MAX_ENTRY_BYTES: Final = 256 << 20
+_TEMP_PREFIX: Final = ".tmp-"
+# O_NOFOLLOW: a symlink (to /dev/zero, to another user's file) is refused by open itself; O_NONBLOCK: opening a
+# FIFO returns at once instead of waiting for a writer. Both are missing on Windows, which has neither hazard.
+_OPEN_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(
+    os, "O_BINARY", 0)
+
+Loaded = TypeVar("Loaded")
 
 
 @dataclass
@@ -34,9 +59,17 @@ class CacheStats:
     memory_hits: int = 0
     disk_hits: int = 0
     compiles: int = 0
-    discarded: int = 0  # corrupt or unreadable disk entries thrown away
+    discarded: int = 0  # disk entries thrown away: corrupt, unreadable, not a regular file, too large, not loadable
     lowerings: int = 0
     lowering_hits: int = 0
+
+
+@dataclass(frozen=True)
+class _Binary:
+    """A binary in memory and whether it came from the disk (only those are suspect when they fail to load)."""
+
+    data: bytes
+    from_disk: bool
 
 
 def program_key(source: str, target: bytes, compiler_key: str) -> str:
@@ -48,7 +81,8 @@ def program_key(source: str, target: bytes, compiler_key: str) -> str:
     return h.hexdigest()
 
 
-def _pack(payload: bytes) -> bytes:
+def pack_entry(payload: bytes) -> bytes:
+    """The bytes of a disk entry holding `payload` (magic, digest, length, payload)."""
     return _MAGIC + hashlib.sha256(payload).digest() + _LENGTH.pack(len(payload)) + payload
 
 
@@ -64,50 +98,104 @@ def _unpack(data: bytes) -> bytes | None:
     return payload
 
 
+def _read_regular_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of `path` if it is a regular file of at most `limit` bytes, else None; raises OSError when it
+    cannot be opened (FileNotFoundError when there is nothing there)."""
+    fd = os.open(path, _OPEN_FLAGS)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = f.read(limit + 1)  # the file may have grown since fstat
+    return data if len(data) <= limit else None
+
+
 class ProgramCache:
     """In-memory and on-disk binaries (see the module docstring); one per process in `PROGRAMS`."""
 
     def __init__(self) -> None:
-        self._binaries: dict[str, bytes] = {}
+        self._binaries: dict[str, _Binary] = {}
         self._lowered: dict[tuple[str, bytes, bytes], bytes] = {}
+        self._lock = threading.Lock()
+        self._key_locks: dict[object, threading.Lock] = {}
+        self._swept: set[Path] = set()
         self.stats = CacheStats()
 
     def clear_memory(self) -> None:
         """Drop the in-memory entries (the disk cache stays), e.g. to test that the disk cache is hit."""
-        self._binaries.clear()
-        self._lowered.clear()
+        with self._lock:
+            self._binaries.clear()
+            self._lowered.clear()
 
     def forget_lowerings(self) -> None:
         """Drop lowered programs (the lowering engine behind a name changed, e.g. a plugin was swapped in)."""
-        self._lowered.clear()
+        with self._lock:
+            self._lowered.clear()
 
     @staticmethod
     def entry_path(key: str) -> Path:
         return config.cache_dir() / "programs" / key[:2] / f"{key}.bin"
 
+    @contextmanager
+    def _exclusive(self, key: object) -> Iterator[None]:
+        """Held by the one thread that compiles (or lowers) `key`, so others wait for its result instead of
+        compiling too; whoever gets it next must look in memory first. Dropped when free, so the dictionary does
+        not keep every key ever compiled."""
+        with self._lock:
+            lock = self._key_locks.setdefault(key, threading.Lock())
+        with lock:
+            try:
+                yield
+            finally:
+                with self._lock:
+                    if self._key_locks.get(key) is lock:
+                        del self._key_locks[key]
+
+    def _sweep_once(self) -> None:
+        """Remove temp files killed writers left in this cache folder, the first time this process uses it."""
+        programs = config.cache_dir() / "programs"
+        with self._lock:
+            if programs in self._swept:
+                return
+            self._swept.add(programs)
+        try:
+            folders = [entry.path for entry in os.scandir(programs) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        for folder in folders:
+            tempfiles.sweep_stale(folder, _TEMP_PREFIX)
+
+    def _discard(self, path: Path) -> None:
+        """Count a bad disk entry and remove it if possible (a read-only folder keeps it; it is refused again)."""
+        with self._lock:
+            self.stats.discarded += 1
+        with suppress(OSError):
+            path.unlink()
+
     def _read_disk(self, key: str) -> bytes | None:
+        self._sweep_once()
         path = self.entry_path(key)
         try:
-            data = path.read_bytes()
+            data = _read_regular_file(path, _HEADER_SIZE + MAX_ENTRY_BYTES)
         except FileNotFoundError:
             return None
-        except OSError:
-            self.stats.discarded += 1
-            return None
-        payload = _unpack(data)
+        except OSError:  # a symlink (O_NOFOLLOW), no permission, a parent that is not a folder, ...
+            data = None
+        payload = _unpack(data) if data is not None else None
         if payload is None:
-            self.stats.discarded += 1
-            path.unlink(missing_ok=True)
+            self._discard(path)
         return payload
 
     def _write_disk(self, key: str, binary: bytes) -> None:
+        if len(binary) > MAX_ENTRY_BYTES:
+            return  # it would be refused when read back
         path = self.entry_path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            fd, tmp = tempfiles.temp_file(_TEMP_PREFIX, folder=path.parent)
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(_pack(binary))
+                    f.write(pack_entry(binary))
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -115,34 +203,97 @@ class ProgramCache:
         except OSError:
             pass  # a read-only or full cache folder only costs a recompile next time
 
+    def _evict(self, key: str) -> None:
+        """Forget a binary in memory and on disk (it did not load)."""
+        with self._lock:
+            self._binaries.pop(key, None)
+        with suppress(OSError):  # a read-only folder: the entry is read again next process, and healed again
+            self.entry_path(key).unlink()
+
+    def _lookup(self, compiler: Compiler, key: str, source: str) -> _Binary:
+        with self._exclusive(key):
+            with self._lock:
+                found = self._binaries.get(key)
+                if found is not None:
+                    self.stats.memory_hits += 1
+                    return found
+            use_disk = not config.PLYGRAD_DISABLE_CACHE.get()
+            data = self._read_disk(key) if use_disk else None
+            if data is not None:
+                with self._lock:
+                    self.stats.disk_hits += 1
+                entry = _Binary(data, from_disk=True)
+            else:
+                entry = _Binary(compiler.compile(source), from_disk=False)
+                with self._lock:
+                    self.stats.compiles += 1
+                if use_disk:
+                    self._write_disk(key, entry.data)
+            with self._lock:
+                self._binaries[key] = entry
+            return entry
+
     def compile(self, compiler: Compiler, target: bytes, source: str) -> bytes:
         """The binary of `source` for `target`: from memory, else from disk, else compiled (and stored)."""
+        return self._lookup(compiler, program_key(source, target, compiler.cache_key), source).data
+
+    def load(self, compiler: Compiler, target: bytes, source: str, name: str,
+             load: Callable[[bytes], Loaded]) -> Loaded:
+        """`load(binary)` of the binary of `source` for `target`, healing a disk entry that does not load.
+
+        A disk entry can be intact (its digest matches) and still not be a program this backend loads: written by
+        another tool or toolchain under a colliding folder, or copied from another machine. Such an entry is
+        discarded and the program compiled again, bypassing the disk; if that fresh binary does not load either,
+        the backend itself is at fault and a BackendError names the program and both causes.
+        """
         key = program_key(source, target, compiler.cache_key)
-        if key in self._binaries:
-            self.stats.memory_hits += 1
-            return self._binaries[key]
-        use_disk = not config.PLYGRAD_DISABLE_CACHE.get()
-        binary = self._read_disk(key) if use_disk else None
-        if binary is not None:
-            self.stats.disk_hits += 1
-        else:
-            binary = compiler.compile(source)
-            self.stats.compiles += 1
-            if use_disk:
-                self._write_disk(key, binary)
-        self._binaries[key] = binary
-        return binary
+        entry = self._lookup(compiler, key, source)
+        try:
+            return load(entry.data)
+        except Exception as first:
+            if not entry.from_disk:
+                raise
+            cause = f"{type(first).__name__}: {first}"
+        fresh = self._recompile(compiler, key, source, entry)
+        try:
+            loaded = load(fresh.data)
+        except Exception as exc:
+            raise BackendError(f"cannot load program {name!r}: its cached binary did not load ({cause}), was "
+                               f"discarded and compiled again, and the fresh binary did not load either "
+                               f"({type(exc).__name__}: {exc}); the backend's compiler and loader disagree") from exc
+        if not config.PLYGRAD_DISABLE_CACHE.get():
+            self._write_disk(key, fresh.data)
+        return loaded
+
+    def _recompile(self, compiler: Compiler, key: str, source: str, bad: _Binary) -> _Binary:
+        """A freshly compiled binary for `key` in place of `bad` (unless another thread already replaced it)."""
+        with self._exclusive(key):
+            with self._lock:
+                current = self._binaries.get(key)
+            if current is not None and current is not bad and not current.from_disk:
+                return current
+            self._evict(key)
+            fresh = _Binary(compiler.compile(source), from_disk=False)
+            with self._lock:
+                self.stats.discarded += 1
+                self.stats.compiles += 1
+                self._binaries[key] = fresh
+            return fresh
 
     def lower(self, codegen: str, lower: Callable[[bytes, bytes], bytes], kernel: bytes, target: bytes) -> bytes:
         """PROGRAM bytes for a kernel on a target, lowered once per (codegen name, kernel, target) per process."""
         key = (codegen, kernel, target)
-        if key in self._lowered:
-            self.stats.lowering_hits += 1
-            return self._lowered[key]
-        program = lower(kernel, target)
-        self.stats.lowerings += 1
-        self._lowered[key] = program
-        return program
+        with self._exclusive(key):
+            with self._lock:
+                found = self._lowered.get(key)
+                if found is not None:
+                    self.stats.lowering_hits += 1
+                    return found
+            program = lower(kernel, target)
+            with self._lock:
+                self.stats.lowerings += 1
+                self._lowered[key] = program
+            return program
 
 
 PROGRAMS: Final = ProgramCache()

@@ -3,12 +3,17 @@
 The engine is the `plygrad.codegen` entry point named by PLYGRAD_CODEGEN; it gets KERNEL-stage bytes and a
 serialized `Target` and returns PROGRAM-stage bytes (DESIGN.md §2). The PROGRAM is compiled by the backend's
 compiler through the program cache and loaded once per (device, PROGRAM bytes).
+
+Threads (docs/threads.md): the engine is imported once under a lock. Two threads lowering the same new kernel at
+once may both compile and load it; the first loaded program stored is the one both use.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from plygrad.ir.errors import IRError
@@ -35,6 +40,7 @@ class LoadedProgram:
 
 
 _LOWERINGS: dict[str, Lowering] = {}
+_IMPORTING: Final = threading.Lock()  # one thread imports a lowering engine; the others wait and use it
 _LOADED: Final[dict[tuple[str, bytes], LoadedProgram]] = {}
 
 
@@ -51,10 +57,15 @@ discovery.on_change(_forget_plugins)
 def codegen() -> tuple[str, Lowering]:
     """The lowering callable of the `plygrad.codegen` entry point named by PLYGRAD_CODEGEN."""
     name = config.PLYGRAD_CODEGEN.get()
-    if name not in _LOWERINGS:
-        hint = "pip install plygrad-codegen, or set PLYGRAD_CODEGEN to one of those found"
-        _LOWERINGS[name] = discovery.load_callable(discovery.CODEGEN, name, "codegen", hint, CodegenError)
-    return name, _LOWERINGS[name]
+    lower = _LOWERINGS.get(name)
+    if lower is None:
+        with _IMPORTING:
+            lower = _LOWERINGS.get(name)
+            if lower is None:
+                hint = "pip install plygrad-codegen, or set PLYGRAD_CODEGEN to one of those found"
+                lower = _LOWERINGS[name] = discovery.load_callable(discovery.CODEGEN, name, "codegen", hint,
+                                                                   CodegenError)
+    return name, lower
 
 
 def prepare_kernel(backend: Backend, body: UOp, name: str = "kernel") -> LoadedProgram:
@@ -70,7 +81,8 @@ def prepare_kernel(backend: Backend, body: UOp, name: str = "kernel") -> LoadedP
         raise CodegenError(f"codegen {codegen_name!r} failed to lower kernel {name!r} for {backend.name}: "
                            f"{type(exc).__name__}: {exc}") from exc
     key = (backend.name, program_bytes)
-    if key not in _LOADED:
+    found = _LOADED.get(key)
+    if found is None:
         try:
             program = deserialize(program_bytes, Stage.PROGRAM)
         except IRError as exc:
@@ -78,7 +90,9 @@ def prepare_kernel(backend: Backend, body: UOp, name: str = "kernel") -> LoadedP
                                f"{exc}") from exc
         info: ProgramInfo = program.arg
         source: str = program.src[0].arg
-        binary = PROGRAMS.compile(backend.compiler, target, source)
+        # through the cache, so a disk entry the backend cannot load is discarded and compiled again
+        loaded = PROGRAMS.load(backend.compiler, target, source, info.name, partial(backend.load, info.name))
         var_names = tuple(str(v.arg[0]) for v in program.src[1:])
-        _LOADED[key] = LoadedProgram(info, var_names, source, backend.load(info.name, binary))
-    return _LOADED[key]
+        # one step under the GIL: a thread that stored the same program meanwhile wins, and both use its copy
+        found = _LOADED.setdefault(key, LoadedProgram(info, var_names, source, loaded))
+    return found

@@ -256,9 +256,12 @@ def _parse_safetensors(data: memoryview, name: str) -> tuple[int, dict[str, Any]
         raise ValueError(f"safe_load: {name} is {size} bytes: too short for a safetensors file (it starts with an "
                          "8-byte header length); the file is truncated or not a safetensors file")
     length = int.from_bytes(data[:8], "little")
-    if length > size - 8 or length > MAX_HEADER_BYTES:
+    if length > size - 8:
         raise ValueError(f"safe_load: {name} declares a {length}-byte header but the file has {size - 8} bytes after "
                          "the length field; the file is truncated or not a safetensors file")
+    if length > MAX_HEADER_BYTES:
+        raise ValueError(f"safe_load: {name} declares a {length}-byte header, over the format's limit of "
+                         f"{MAX_HEADER_BYTES} bytes; the file is not a safetensors file")
     try:
         header = json.loads(bytes(data[8:8 + length]).decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -324,6 +327,12 @@ TORCH_STORAGES: Final[dict[str, DType]] = {
 TORCH_DTYPES: Final[dict[str, DType]] = {dt.name: dt for dt in dtypes.all()}
 LEGACY_MAGIC: Final = 0x1950A86A20F9469CFC6C  # the first pickle of a pre-1.6 (non-zip) torch.save file
 LEGACY_PROTOCOL: Final = 1001
+# what a zip checkpoint may make torch_load allocate beyond its tensors' declared bytes: a state dict's pickle is
+# kilobytes to a few megabytes, `byteorder` a word
+MAX_PICKLE_BYTES: Final = 256 << 20
+_MAX_SMALL_ENTRY: Final = 64
+_INFLATE_CHUNK: Final = 1 << 20
+_MAX_DEFLATE_RATIO: Final = 1032  # deflate's limit: one 258-byte match per (at best) two bits of input
 
 
 @dataclass(frozen=True)
@@ -498,7 +507,9 @@ def torch_load(fn: PathLike) -> dict[str, Any]:
     Storages are memory-mapped: read only when a tensor is realized (except for compressed zip entries, big-endian
     files and layouts that are not a permutation of a block, which are gathered when loaded). Nested checkpoints
     (`{"model": ..., "epoch": 3}`) come back nested. Only tensors, dicts, lists, tuples and scalars can be loaded:
-    anything else in the pickle raises CheckpointError (a ValueError) without running code."""
+    anything else in the pickle raises CheckpointError (a ValueError) without running code. What the pickle declares
+    is checked against what the file holds before anything is allocated, and a compressed entry is inflated in
+    chunks, never past the bytes its storage declares: a small crafted file cannot ask for gigabytes."""
     name = os.fspath(fn)
     mapped = _map_file(fn)
     is_zip = bytes(mapped[:4]) == b"PK\x03\x04"  # (zipfile.is_zipfile itself raises on some damaged files)
@@ -520,8 +531,8 @@ def _load_zip(name: str, mapped: memoryview) -> Any:
             raise CheckpointError(f"torch_load: {name} is a zip file but not a PyTorch checkpoint: it needs exactly "
                                   f"one <folder>/data.pkl, found {pickles}")
         root = pickles[0].removesuffix("data.pkl")
-        byteorder = _read_entry(archive, entries, root + "byteorder", name).decode(errors="replace").strip() \
-            if root + "byteorder" in entries else "little"
+        byteorder = _read_bounded(archive, entries[root + "byteorder"], name, _MAX_SMALL_ENTRY).decode(
+            errors="replace").strip() if root + "byteorder" in entries else "little"
         if byteorder not in {"little", "big"}:
             raise CheckpointError(f"torch_load: {name} has byteorder {byteorder!r:.50}; expected little or big")
         storages: dict[str, _Storage] = {}
@@ -532,11 +543,7 @@ def _load_zip(name: str, mapped: memoryview) -> Any:
                 info = entries.get(f"{root}data/{key}")
                 if info is None:
                     raise CheckpointError(f"torch_load: {name} has no data for storage {key!r} ({root}data/{key})")
-                nbytes = numel * dtype.itemsize
-                if info.file_size < nbytes:
-                    raise CheckpointError(f"torch_load: storage {key!r} of {name} holds {info.file_size} bytes but "
-                                          f"{numel} {dtype.name} elements need {nbytes}; the file is truncated")
-                data = _entry_bytes(archive, info, mapped, name)[:nbytes]
+                data = _storage_bytes(archive, info, mapped, name, key, numel, dtype)
                 if byteorder == "big" and dtype.itemsize > 1:
                     data = np.frombuffer(data, _numpy_dtype(dtype).newbyteorder(">")).astype(
                         _numpy_dtype(dtype)).view(np.uint8).data
@@ -546,6 +553,10 @@ def _load_zip(name: str, mapped: memoryview) -> Any:
                 raise CheckpointError(f"torch_load: storage {key!r} of {name} is used as two different storages")
             return found
 
+        if entries[pickles[0]].file_size > MAX_PICKLE_BYTES:
+            raise CheckpointError(f"torch_load: {pickles[0]} in {name} declares {entries[pickles[0]].file_size} bytes; "
+                                  f"a state dict's pickle is far below {MAX_PICKLE_BYTES} (the tensors' data is "
+                                  "stored beside it), so the file is not a checkpoint torch_load reads")
         try:
             pickle_file = archive.open(pickles[0])
         except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError) as e:
@@ -554,17 +565,54 @@ def _load_zip(name: str, mapped: memoryview) -> Any:
             return _unpickle(pickle_file, name, load_storage)
 
 
-def _read_entry(archive: zipfile.ZipFile, entries: dict[str, zipfile.ZipInfo], entry: str, name: str) -> bytes:
+_ZIP_ERRORS: Final = (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, zlib.error)
+
+
+def _read_bounded(archive: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, limit: int) -> bytearray:
+    """At most `limit` bytes of a zip entry, inflated a chunk at a time: a compressed entry that expands to more
+    stops costing memory at `limit + 1` bytes, whatever its size fields claim (zipfile also stops at the declared
+    uncompressed size and checks the CRC there, so a lying size is an error, not a silent truncation)."""
+    out = bytearray()
     try:
-        return archive.read(entries[entry])
-    except (zipfile.BadZipFile, NotImplementedError, OSError, EOFError, zlib.error) as e:
-        raise CheckpointError(f"torch_load: cannot read {entry} in {name} ({e})") from None
+        with archive.open(info) as f:
+            while len(out) <= limit:
+                chunk = f.read(min(_INFLATE_CHUNK, limit + 1 - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+    except _ZIP_ERRORS as e:
+        raise CheckpointError(f"torch_load: cannot read {info.filename} in {name} ({type(e).__name__}: {e})") from None
+    if len(out) > limit:
+        raise CheckpointError(f"torch_load: the zip entry {info.filename} of {name} expands past {limit} bytes, more "
+                              "than it may hold")
+    return out
 
 
-def _entry_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, mapped: memoryview, name: str) -> memoryview:
-    """A zip entry's bytes: a slice of the mapping for a stored (uncompressed) entry, as torch.save writes them."""
-    if info.compress_type != zipfile.ZIP_STORED:
-        return memoryview(_read_entry(archive, {info.filename: info}, info.filename, name))
+def _storage_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, mapped: memoryview, name: str,  # noqa: PLR0917
+                   key: str, numel: int, dtype: DType) -> memoryview:
+    """The bytes of a storage the pickle declares as `numel` elements of `dtype`, checked against its zip entry
+    before anything is allocated: torch.save writes each storage's bytes exactly, so an entry of another size (or a
+    compressed one that could not expand to the declared size) is a damaged or crafted file."""
+    nbytes = numel * dtype.itemsize
+    where = f"torch_load: storage {key!r} of {name} ({info.filename})"
+    if info.file_size != nbytes:
+        story = "the file is truncated" if info.file_size < nbytes else "the file is damaged or crafted"
+        raise CheckpointError(f"{where} holds {info.file_size} bytes but the pickle declares {numel} {dtype.name} "
+                              f"elements, which are {nbytes} bytes; {story}")
+    if info.compress_type == zipfile.ZIP_STORED:
+        return _stored_entry(info, mapped, name)
+    if info.compress_type == zipfile.ZIP_DEFLATED and nbytes > info.compress_size * _MAX_DEFLATE_RATIO + 1024:
+        raise CheckpointError(f"{where} declares {nbytes} bytes, but its {info.compress_size} compressed bytes can "
+                              f"expand to at most {_MAX_DEFLATE_RATIO}x that; the file is damaged or crafted")
+    data = _read_bounded(archive, info, name, nbytes)
+    if len(data) != nbytes:
+        raise CheckpointError(f"{where} expands to {len(data)} bytes but the pickle declares {numel} {dtype.name} "
+                              f"elements, which are {nbytes} bytes; the file is truncated")
+    return memoryview(data)
+
+
+def _stored_entry(info: zipfile.ZipInfo, mapped: memoryview, name: str) -> memoryview:
+    """A stored (uncompressed) entry, as torch.save writes them: a slice of the mapping, read only when touched."""
     header = bytes(mapped[info.header_offset:info.header_offset + 30])
     if len(header) != 30 or header[:4] != b"PK\x03\x04":
         raise CheckpointError(f"torch_load: the zip entry {info.filename} of {name} has a damaged local header")
@@ -606,9 +654,14 @@ def _load_legacy(name: str, mapped: memoryview) -> Any:
             storage = storages[key]
             count = int.from_bytes(mapped[pos:pos + 8], "little")
             nbytes = count * storage.dtype.itemsize
-            if count != storage.numel or pos + 8 + nbytes > len(mapped):
-                raise CheckpointError(f"torch_load: storage {key!r} of {name} is truncated or has {count} elements "
-                                      f"where the pickle says {storage.numel}")
+            if count != storage.numel:
+                raise CheckpointError(f"torch_load: storage {key!r} of {name} is stored with {count} elements where "
+                                      f"the pickle declares {storage.numel}; the file is damaged or crafted")
+            if pos + 8 + nbytes > len(mapped):
+                raise CheckpointError(f"torch_load: storage {key!r} of {name} declares {count} "
+                                      f"{storage.dtype.name} elements ({nbytes} bytes) but only "
+                                      f"{max(len(mapped) - pos - 8, 0)} bytes are left in the file; the file is "
+                                      "truncated")
             storage.data = mapped[pos + 8:pos + 8 + nbytes]
             pos += 8 + nbytes
         f.seek(start)

@@ -10,6 +10,7 @@ in parallel where the renderer put `#pragma omp parallel for`; the call returns 
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import tempfile
@@ -21,8 +22,9 @@ from typing import Any, Final
 import cffi
 
 from plygrad.backends.cpu.allocator import CFFIAllocator
-from plygrad.backends.cpu.compiler import CCompiler, probe_toolchain
+from plygrad.backends.cpu.compiler import BUILD_PREFIX, CCompiler, probe_toolchain
 from plygrad.ir.target import Target
+from plygrad.runtime import tempfiles
 from plygrad.runtime.errors import BackendError
 from plygrad.runtime.plugin import Backend, Program
 
@@ -30,6 +32,15 @@ from plygrad.runtime.plugin import Backend, Program
 # while its worker threads are parked in it, and the process would crash later somewhere unrelated. Programs are
 # cached by the runtime, so this holds one small library per distinct program.
 _LOADED_LIBRARIES: Final[list[Any]] = []
+# dlopen reads a library from a temp file <LIBRARY_PREFIX><pid>-....so, deleted once loaded; one a killed process
+# left behind is removed when the backend next opens
+LIBRARY_PREFIX: Final = "plygrad-so-"
+
+
+@functools.cache
+def sweep_temp_files() -> int:
+    """Remove the temp libraries and build folders killed processes left in the temp folder (once per process)."""
+    return sum(tempfiles.sweep_stale(tempfile.gettempdir(), prefix) for prefix in (LIBRARY_PREFIX, BUILD_PREFIX))
 
 
 def cpu_target() -> Target:
@@ -48,7 +59,7 @@ class CPUProgram(Program):
         self.ffi = cffi.FFI()
         self.ffi.cdef(f"void {name}(void);")
         # dlopen needs a file; once loaded, the mapping outlives the file, so it is deleted right away
-        fd, path = tempfile.mkstemp(prefix=f"plygrad-{name}-", suffix=".so")
+        fd, path = tempfiles.temp_file(LIBRARY_PREFIX, suffix=".so")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(binary)
@@ -90,6 +101,7 @@ class CPUBackend(Backend):
 
     def __init__(self, name: str) -> None:
         self.ffi = cffi.FFI()
+        sweep_temp_files()
         super().__init__(name, cpu_target(), CFFIAllocator(self.ffi), CCompiler(probe_toolchain()))
 
     def load(self, name: str, binary: bytes) -> Program:

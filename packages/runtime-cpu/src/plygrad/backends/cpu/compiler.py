@@ -17,11 +17,11 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from plygrad.runtime import tempfiles
 from plygrad.runtime.errors import BackendError, CompileError
 from plygrad.runtime.plugin import Compiler
 
@@ -41,6 +41,9 @@ void probe(float* restrict out, long long n) {
 }
 """
 _TIMEOUT_S: Final = 300
+# every compile builds in a temp folder named <BUILD_PREFIX><pid>-...; a killed process leaves its folder behind,
+# and the backend removes it when it next opens (backend.sweep_temp_files)
+BUILD_PREFIX: Final = "plygrad-cc-"
 _ERROR_LINE: Final = re.compile(r"^[^\s:]*\.c:(\d+):(?:\d+:)?\s*(?:fatal )?error:", re.MULTILINE)
 
 
@@ -76,7 +79,7 @@ def _run(command: list[str], cwd: Path, stdin: str | None = None) -> subprocess.
 
 
 def _compiles(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
-    with tempfile.TemporaryDirectory(prefix="plygrad-cc-probe-") as tmp:
+    with tempfiles.temp_dir(BUILD_PREFIX) as tmp:
         folder = Path(tmp)
         (folder / "probe.c").write_text(_PROBE_SOURCE)
         try:
@@ -138,7 +141,7 @@ class CCompiler(Compiler):
         return f"cpu-c {' '.join(chain.command)} | {chain.version} | {' '.join(chain.flags)}{host}"
 
     def compile(self, source: str) -> bytes:
-        with tempfile.TemporaryDirectory(prefix="plygrad-cc-") as tmp:
+        with tempfiles.temp_dir(BUILD_PREFIX) as tmp:
             folder = Path(tmp)
             (folder / "program.c").write_text(source)
             command = [*self.toolchain.command, *self.toolchain.flags, "-o", "program.so", "program.c", "-lm"]
