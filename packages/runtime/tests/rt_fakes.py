@@ -182,6 +182,16 @@ def open_py(device: str) -> PyBackend:
     return PyBackend(device)
 
 
+SLOW_OPENS: list[str] = []  # every device open_slow_py was asked to open, in order
+
+
+def open_slow_py(device: str) -> PyBackend:
+    """A PY backend that takes a while to open (a driver probe), so threads asking at once overlap in it."""
+    SLOW_OPENS.append(device)
+    time.sleep(0.05)
+    return PyBackend(device)
+
+
 def open_broken(device: str) -> Backend:
     raise OSError("libfake.so: cannot open shared object file")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 import weakref
 from array import array
 from typing import Any, Final, TypeAlias
@@ -22,6 +23,9 @@ from plygrad.runtime.plugin import Backend
 BytesLike: TypeAlias = "bytes | bytearray | memoryview | array[Any]"
 _NEXT_ID: Final = itertools.count()
 _TABLE: Final[weakref.WeakValueDictionary[int, Buffer]] = weakref.WeakValueDictionary()
+# first allocation of a Buffer shared by threads: without it two threads could each allocate, and the data one of
+# them copied into its memory would be lost when the other's handle replaced it
+_ALLOCATING: Final = threading.Lock()
 
 
 class Buffer:
@@ -56,10 +60,15 @@ class Buffer:
 
     @property
     def handle(self) -> Any:
-        """The allocator handle, allocating on first access."""
-        if self._handle is None:
-            self._handle = self.backend.allocator.alloc(self.nbytes)
-        return self._handle
+        """The allocator handle, allocating on first access (once, also when threads ask at the same time)."""
+        handle = self._handle
+        if handle is None:
+            allocator = self.backend.allocator  # opened outside the lock: opening a backend takes the registry's
+            with _ALLOCATING:
+                if self._handle is None:
+                    self._handle = allocator.alloc(self.nbytes)
+                handle = self._handle
+        return handle
 
     def ref(self) -> BufferRef:
         """How the IR names this buffer (the BUFFER node's argument)."""

@@ -5,12 +5,17 @@ cheap descriptor; opening it (calling the descriptor's factory) happens the firs
 asked for. Anything that goes wrong on the way (the descriptor does not import, it was built against another IR
 major or a newer IR minor, the factory raises) is recorded with its cause and the backend is skipped: a broken
 plugin never breaks `import plygrad.runtime`, and asking for it by name raises `BackendError` with the cause.
+
+Threads (docs/threads.md): the registry is shared by the process. Scanning the entry points and opening a backend
+happen under one lock, and the table of records is published only once every entry is in it, so eight threads
+whose first action is to ask for the default device all see every backend and open each one once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import threading
 import traceback
 from dataclasses import dataclass
 
@@ -73,20 +78,28 @@ class DeviceRegistry:
     def __init__(self) -> None:
         self._records: dict[str, BackendRecord] | None = None
         self._opened: dict[str, Backend] = {}
+        # re-entrant: opening a backend reads the records, and `open_all` / `DEFAULT` open backends
+        self._lock = threading.RLock()
         discovery.on_change(self.reset)
 
     def reset(self) -> None:
         """Forget what was discovered and opened (entry points are scanned again on next use)."""
-        self._records = None
-        self._opened.clear()
+        with self._lock:
+            self._records = None
+            self._opened = {}
 
     def records(self) -> dict[str, BackendRecord]:
         """Every backend entry point found, by backend name, with its status."""
-        if self._records is None:
-            self._records = {}
-            for name, plugin in sorted(discovery.plugins(discovery.BACKENDS).items()):
-                self._records[name.upper()] = self._inspect(name, plugin)
-        return self._records
+        records = self._records
+        if records is not None:
+            return records
+        with self._lock:
+            if self._records is None:
+                found: dict[str, BackendRecord] = {}
+                for name, plugin in sorted(discovery.plugins(discovery.BACKENDS).items()):
+                    found[name.upper()] = self._inspect(name, plugin)
+                self._records = found  # published whole: no thread ever sees a table still being filled
+            return self._records
 
     @staticmethod
     def _inspect(name: str, plugin: discovery.Plugin) -> BackendRecord:
@@ -119,8 +132,15 @@ class DeviceRegistry:
     def __getitem__(self, device: str) -> Backend:
         """The opened backend for `device` ("CPU", "cpu:0", "CPU:1"); opened on first use."""
         name = canonical_device(device)
-        if name in self._opened:
-            return self._opened[name]
+        opened = self._opened.get(name)
+        if opened is not None:
+            return opened
+        with self._lock:
+            opened = self._opened.get(name)
+            return opened if opened is not None else self._open(name)
+
+    def _open(self, name: str) -> Backend:
+        """Open device `name` (the caller holds the lock, so each device is opened once)."""
         base, _ = split_device(name)
         record = self._record(base)
         if not record.usable or record.descriptor is None:

@@ -39,7 +39,7 @@ def _installed_entry_points(group: str) -> list[Plugin]:
 def plugins(group: str) -> dict[str, Plugin]:
     """Every plugin of `group` by name: installed entry points, shadowed by in-process ones of the same name."""
     result = {p.name: p for p in _installed_entry_points(group)}
-    for (g, name), obj in _OVERRIDES.items():
+    for (g, name), obj in list(_OVERRIDES.items()):  # a copy: another thread's `installed` may change it meanwhile
         if g == group:
             result[name] = Plugin(group, name, f"<in-process {obj!r}>", _constant(obj))
     return result
@@ -74,7 +74,7 @@ def on_change(listener: Callable[[], None]) -> None:
 
 
 def _changed() -> None:
-    for listener in _LISTENERS:
+    for listener in list(_LISTENERS):
         listener()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from plygrad.ir.dtype import DType
+
 
 class RuntimeLayerError(Exception):
     """Base of every error plygrad.runtime raises on purpose."""
@@ -33,5 +35,26 @@ class InvalidBufferError(RuntimeLayerError):
 
 
 class ScheduleError(RuntimeLayerError):
-    """A schedule cannot run: a buffer id it references is unknown, or a kernel's parameters do not match its
-    buffers."""
+    """A schedule cannot run: a buffer id it references is unknown, a kernel's parameters do not match its
+    buffers, or (IndexBoundsError) a kernel would access memory outside them."""
+
+
+class IndexBoundsError(ScheduleError):
+    """A kernel of a schedule would read or write outside a buffer it is given (bounds.py could not prove its
+    index range inside the buffer), so the schedule was refused before anything was lowered or launched.
+
+    The attributes say where: the kernel's name and its CALL's position in the LINEAR, the PARAM and the buffer
+    (id, size in elements, dtype), the index range that was proved, and who produced the schedule (None: unknown).
+    """
+
+    def __init__(self, message: str, *, kernel: str, position: int, param: int, buffer_id: int, size: int,
+                 dtype: DType, bounds: tuple[int, int], producer: str | None) -> None:
+        super().__init__(message)
+        self.kernel = kernel
+        self.position = position
+        self.param = param
+        self.buffer_id = buffer_id
+        self.size = size
+        self.dtype = dtype
+        self.bounds = bounds
+        self.producer = producer

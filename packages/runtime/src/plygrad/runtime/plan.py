@@ -11,10 +11,15 @@ structure). Nothing is skipped that would change a result: the first time a sche
 verified like any other, and each kernel is lowered from its serialized bytes through the program cache, so a plan
 holds exactly what the byte path produces. With PLYGRAD_FORCE_BYTES on, no plan is cached: every run decodes the
 bytes and looks every program up again, which is the reference the plan cache is tested against (DESIGN.md §2).
+
+Threads (docs/threads.md): a plan is immutable once built and can run in several threads at once over different
+Buffers. The plan cache is shared; a lock guards each lookup and insert but not the build, so two threads missing
+the same schedule at once both build it and the first one stored is the one both use.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -29,6 +34,7 @@ from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
 from plygrad.ir.verify import verify
 from plygrad.runtime import config, discovery
+from plygrad.runtime.bounds import check_kernel_bounds
 from plygrad.runtime.buffer import Buffer, lookup_buffer
 from plygrad.runtime.counters import GlobalCounters, kernel_line, opts_line
 from plygrad.runtime.device import Device, canonical_device
@@ -86,8 +92,9 @@ class ExecPlan:
         self.output_slots = tuple(self.slot_of.get(i, -1) for i in outputs)
 
     @staticmethod
-    def build(linear: UOp) -> ExecPlan:
-        """Lower and load every kernel of a verified SCHEDULE-stage LINEAR."""
+    def build(linear: UOp, producer: str | None = None) -> ExecPlan:
+        """Lower and load every kernel of a verified SCHEDULE-stage LINEAR, after proving that each one's accesses
+        stay inside its buffers (bounds.py: IndexBoundsError names `producer`, who made the schedule)."""
         slot_of: dict[int, int] = {}
         slots: list[BufferSlot] = []
 
@@ -99,13 +106,16 @@ class ExecPlan:
             return slot_of[ref.id]
 
         steps: list[Step] = []
-        for call in linear.src:
+        for position, call in enumerate(linear.src):
             body = call.src[0]
             used = tuple(slot(s) for s in call.src[1:] if s.op is Ops.BUFFER)
             if body.op is Ops.COPY:
                 steps.append(CopyStep(used[0], used[1]))
             else:
-                steps.append(_kernel_step(call, [slots[i] for i in used], used))
+                bufs = [slots[i] for i in used]
+                check_kernel_bounds(body, bufs, kernel=_kernel_name(body, call.arg), position=position,
+                                    producer=producer)
+                steps.append(_kernel_step(call, bufs, used))
         return ExecPlan(tuple(slots), tuple(steps), tuple(linear.arg))
 
     # ---- running ----------------------------------------------------------------------------------------------
@@ -203,11 +213,13 @@ def copy_buffer(dst: Buffer, src: Buffer) -> None:
 
 # ---- the plan cache -------------------------------------------------------------------------------------------
 _PLANS: Final[OrderedDict[tuple[str, bytes | UOp], ExecPlan]] = OrderedDict()
+_PLANS_LOCK: Final = threading.Lock()
 
 
 def clear_plans() -> None:
     """Forget every cached plan (a plugin was swapped, or a test wants a fresh runtime)."""
-    _PLANS.clear()
+    with _PLANS_LOCK:
+        _PLANS.clear()
 
 
 discovery.on_change(clear_plans)
@@ -223,14 +235,18 @@ def read_schedule(schedule: bytes | UOp) -> UOp:
     return deserialize(schedule, Stage.SCHEDULE)
 
 
-def load_plan(schedule: bytes | UOp) -> ExecPlan:
-    """The plan of a schedule (bytes or LINEAR UOp), built once per distinct schedule and lowering engine."""
+def load_plan(schedule: bytes | UOp, producer: str | None = None) -> ExecPlan:
+    """The plan of a schedule (bytes or LINEAR UOp), built once per distinct schedule and lowering engine.
+    `producer` says who made the schedule (e.g. "scheduler 'default'"), for the error a bad one raises."""
     if config.PLYGRAD_FORCE_BYTES.get():
-        return ExecPlan.build(read_schedule(schedule))
+        return ExecPlan.build(read_schedule(schedule), producer)
     key = (config.PLYGRAD_CODEGEN.get(), schedule)
-    plan = _PLANS.get(key)
+    with _PLANS_LOCK:
+        plan = _PLANS.get(key)
     if plan is None:
-        plan = _PLANS[key] = ExecPlan.build(read_schedule(schedule))
-        if len(_PLANS) > MAX_PLANS:
-            _PLANS.popitem(last=False)
+        built = ExecPlan.build(read_schedule(schedule), producer)  # unlocked: lowering may compile for seconds
+        with _PLANS_LOCK:
+            plan = _PLANS.setdefault(key, built)
+            if len(_PLANS) > MAX_PLANS:
+                _PLANS.popitem(last=False)
     return plan
