@@ -25,11 +25,18 @@ What that means for the function:
 - Random numbers: plygrad's counter-based generator bakes each draw's counter offset into the graph, so a replay
   would draw the recorded numbers again. A function that draws random numbers (`rand`, `randn`, `dropout`, ...)
   while being recorded raises JitError, unless `TinyJit(fn, frozen_random=True)` says repeating them is intended.
+
+Threads (docs/threads.md): separate TinyJit objects may run in separate threads at once, beside eager work; each
+records only its own thread's kernels. One TinyJit object is one set of recorded Buffers, so it runs one call at a
+time: a call that arrives while another thread (or this thread, recursively) is inside the same object raises
+JitError rather than waiting, because waiting would still let the second call overwrite the output Buffers the
+first caller is about to read. Calls from different threads one after another are fine.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -152,6 +159,8 @@ class TinyJit(Generic[R]):
         self.frozen_random = frozen_random
         self.cnt = 0  # calls so far: 0 runs plainly, 1 records, 2+ replay
         self.captured: CapturedJit | None = None
+        self._busy = threading.Lock()  # held for a whole call: one call at a time (module docstring, "Threads")
+        self._caller: threading.Thread | None = None  # the thread inside, for the refusal's message
         functools.update_wrapper(self, fxn)
 
     def reset(self) -> None:
@@ -163,6 +172,27 @@ class TinyJit(Generic[R]):
         return self if obj is None else functools.partial(self.__call__, obj)
 
     def __call__(self, *args: Any, **kwargs: Any) -> R:
+        if not self._busy.acquire(blocking=False):
+            raise JitError(self._refusal())
+        try:
+            self._caller = threading.current_thread()
+            return self._call(args, kwargs)
+        finally:
+            self._caller = None
+            self._busy.release()
+
+    def _refusal(self) -> str:
+        name = getattr(self.fxn, "__qualname__", repr(self.fxn))
+        caller, here = self._caller, threading.current_thread()
+        if caller is here:
+            return (f"TinyJit {name}: called again from inside its own call (thread {here.name!r}); a jitted "
+                    "function cannot call itself")
+        inside = f"another thread ({caller.name!r})" if caller is not None else "another thread"
+        return (f"TinyJit {name}: called from thread {here.name!r} while {inside} is inside it; one TinyJit object "
+                "replays into one set of Buffers, so it runs one call at a time. Give each thread its own TinyJit "
+                "(e.g. TinyJit(fn) per thread), or call it from one thread at a time")
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         found = _tensor_args(args, kwargs)
         if found:
             Tensor.realize(*(t for _, t in found))
@@ -184,10 +214,10 @@ class TinyJit(Generic[R]):
         return result
 
     def _record(self, found: list[tuple[str, Tensor]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        rng_before = (random._STATE.seed, random._STATE.offset)
+        drawn_before = random.drawn_here()  # this thread's draws only: another thread may draw meanwhile
         with scheduling.capturing() as capture:
             result = self._run(args, kwargs)
-        if (random._STATE.seed, random._STATE.offset) != rng_before and not self.frozen_random:
+        if random.drawn_here() != drawn_before and not self.frozen_random:
             raise JitError("TinyJit: the function drew random numbers (rand, randn, dropout, ...) while it was "
                            "recorded; a replay would draw the same numbers every call. Draw them outside and pass "
                            "them in as a Tensor argument, or use TinyJit(fn, frozen_random=True) if repeating them "

@@ -15,10 +15,11 @@ import atexit
 import math
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, Final, Self, TypeAlias
+from typing import Final, Self, TypeAlias
 
+from plygrad.frontend.modes import ModeFlags
 from plygrad.ir import ConstType, DType, DTypeError, Ops, ShapeError, UOp, broadcast_shapes, dtypes
-from plygrad.runtime import Buffer, Device, canonical_device
+from plygrad.runtime import BackendError, Buffer, Device, canonical_device
 from plygrad.runtime.config import PLYGRAD_DEVICE
 
 Scalar: TypeAlias = bool | int | float
@@ -31,7 +32,16 @@ def default_device() -> str:
 
 
 def resolve_device(device: str | None) -> str:
-    return default_device() if device is None else canonical_device(device)
+    """The canonical name of `device` (None: the default), checked against the backends installed, so that a
+    misspelt device fails where the tensor is made instead of silently computing on another one."""
+    name = default_device() if device is None else canonical_device(device)
+    backends = Device.records()
+    base = name.partition(":")[0]
+    if base not in backends:
+        where = f"PLYGRAD_DEVICE={PLYGRAD_DEVICE.get()!r}" if device is None else f"device {device!r}"
+        found = ", ".join(backends) or "none (pip install plygrad-cpu, or another plygrad backend)"
+        raise BackendError(f"{where}: no backend named {base!r} is installed; backends found: {found}")
+    return name
 
 
 def movement(x: UOp, op: Ops, arg: object) -> UOp:
@@ -100,7 +110,7 @@ def broadcast_uop(x: UOp, shape: tuple[int, ...]) -> UOp:
     return movement(x, Ops.EXPAND, shape) if padded != shape else x
 
 
-class LazyTensor:
+class LazyTensor(metaclass=ModeFlags):
     """The lazy graph node behind a Tensor; the op methods live in the layers above.
 
     Autograd state lives here too, so every op layer propagates it through `_new`: `requires_grad` (None: not
@@ -116,9 +126,8 @@ class LazyTensor:
     _requires_grad: bool | None
     grad: LazyTensor | None
 
-    # Tensor redeclares both; ops read them through the instance, so `Tensor.no_grad = True` takes effect
-    no_grad: ClassVar[bool] = False
-    training: ClassVar[bool] = False
+    # `no_grad` and `training` are the calling thread's flags, class attributes through the metaclass (modes.py):
+    # ops read them as `type(self).no_grad`, so `Tensor.no_grad = True` takes effect for this thread only
 
     @classmethod
     def _make(cls, uop: UOp, device: str, inputs: Iterable[Buffer] = (), requires_grad: bool | None = None) -> Self:
@@ -140,7 +149,7 @@ class LazyTensor:
         not see through it when the result is later used beside them."""
         if not any(p._requires_grad for p in parents):
             return uop, False
-        if self.no_grad:
+        if type(self).no_grad:
             return stop_gradient(uop), False
         return uop, uop.dtype.is_float
 

@@ -7,10 +7,16 @@ backend gives the same bits, and the samples are computed inside the consumer's 
 The counter `0..n-1` is built in the graph without memory or a reduce: for n <= 2**k it is the sum of k tensors of
 shape (2,)*k, tensor j holding 0 or 2**(k-1-j) along axis j (a PAD of a one-element constant); reshaped to (2**k,)
 and cut to n. That is one fused elementwise kernel whatever reads it.
+
+Threads share one generator, as in PyTorch (`manual_seed` sets it for the process): each draw takes its counter
+range under a lock, so two threads drawing at once never get the same numbers. How many values the calling thread
+has drawn is kept per thread (`drawn_here`), so TinyJit can tell whether the function it records drew any.
 """
 
 from __future__ import annotations
 
+import threading
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,11 +34,19 @@ class _State:
 
 
 _STATE: Final = _State()
+_TAKING: Final = threading.Lock()  # guards _STATE: a counter range is read and advanced as one step
+_DRAWN_HERE: Final[ContextVar[int]] = ContextVar("plygrad_random_drawn", default=0)
 
 
 def manual_seed(seed: int) -> None:
     """Restart the random sequence from `seed` (any int; it is reduced to 64 bits)."""
-    _STATE.seed, _STATE.offset = seed % 2**64, 0
+    with _TAKING:
+        _STATE.seed, _STATE.offset = seed % 2**64, 0
+
+
+def drawn_here() -> int:
+    """How many random values the calling thread has drawn so far (any seed)."""
+    return _DRAWN_HERE.get()
 
 
 def counter(n: int, dtype: DType, device: str) -> UOp:
@@ -56,11 +70,14 @@ def counter(n: int, dtype: DType, device: str) -> UOp:
 
 def random_bits(n: int, device: str) -> UOp:
     """n uint64 words of Threefry output for the next n counter values of the current seed."""
+    with _TAKING:
+        seed, offset = _STATE.seed, _STATE.offset
+        _STATE.offset += n
+    _DRAWN_HERE.set(_DRAWN_HERE.get() + n)
     ctr = counter(n, dtypes.uint64, device)
-    if _STATE.offset:
-        ctr = ctr.alu(Ops.ADD, const_uop(dtypes.uint64, _STATE.offset, (n,)))
-    _STATE.offset += n
-    return ctr.alu(Ops.THREEFRY, const_uop(dtypes.uint64, _STATE.seed, (n,)))
+    if offset:
+        ctr = ctr.alu(Ops.ADD, const_uop(dtypes.uint64, offset, (n,)))
+    return ctr.alu(Ops.THREEFRY, const_uop(dtypes.uint64, seed, (n,)))
 
 
 def uniform(n: int, dtype: DType, device: str) -> UOp:

@@ -12,14 +12,21 @@ graph and the launches. With PLYGRAD_FORCE_BYTES on, every realize serializes th
 decodes the schedule, as if each layer ran in another process: the reference the cached path is tested against.
 
 `capturing()` records every plan run inside the block into a `plygrad.runtime.Capture` (what `TinyJit` replays).
+
+Threads (docs/threads.md): the chosen scheduler and the capture being recorded are the calling thread's own
+(`contextvars`), so one thread's `use_scheduler` or TinyJit recording never reaches the schedules another thread
+runs. The caches are shared; a lock guards each lookup and insert, but not the scheduling itself, so two threads
+missing the same entry at once both schedule it (the same bytes) rather than one waiting on the other.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Final
 
 from plygrad.frontend import config
@@ -32,48 +39,64 @@ from plygrad.runtime.config import PLYGRAD_FORCE_BYTES
 SCHEDULERS: Final = "plygrad.schedulers"
 ScheduleFn = Callable[[bytes], bytes]
 
-_CHOSEN: list[str] = []  # the stack of `use_scheduler` blocks; the innermost wins
+# this thread's innermost `use_scheduler` block (None: none is open); each block restores the one around it
+_CHOSEN: Final[ContextVar[str | None]] = ContextVar("plygrad_scheduler", default=None)
 _LOADED: dict[str, ScheduleFn] = {}
+_LOADING: Final = threading.Lock()  # one thread imports a scheduler plugin; the others wait and use it
 # host bytes waiting to be copied into a Buffer: a Tensor made from data allocates nothing until it is realized,
 # so graphs can be built (and tested) without any backend installed
 _PENDING: Final[weakref.WeakKeyDictionary[Buffer, BytesLike]] = weakref.WeakKeyDictionary()
+# held from taking a Buffer's staged data until it is copied in: a thread realizing another graph over the same
+# Buffer must not launch on it in between (it would read memory the copy has not filled yet)
+_FLUSHING: Final = threading.Lock()
 
 # (scheduler callable, normalized SINK) -> the schedule's bytes; the runtime caches the plan of those bytes
 _SCHEDULES: Final[OrderedDict[tuple[ScheduleFn, UOp], bytes]] = OrderedDict()
 MAX_SCHEDULES: Final = 2048
-_CAPTURES: list[Capture] = []  # the stack of `capturing` blocks; every run is recorded into the innermost
+_SCHEDULES_LOCK: Final = threading.Lock()
+# this thread's innermost `capturing` block: every run of this thread is recorded there, and only there
+_CAPTURE: Final[ContextVar[Capture | None]] = ContextVar("plygrad_capture", default=None)
 
 
 def _forget_plugins() -> None:
     _LOADED.clear()
-    _SCHEDULES.clear()
+    with _SCHEDULES_LOCK:
+        _SCHEDULES.clear()
 
 
 discovery.on_change(_forget_plugins)
 
 
 def scheduler_name() -> str:
-    """The scheduler a realize uses now: the innermost `use_scheduler` block, else PLYGRAD_SCHEDULER."""
-    return _CHOSEN[-1] if _CHOSEN else config.PLYGRAD_SCHEDULER.get()
+    """The scheduler a realize in this thread uses now: its innermost `use_scheduler` block, else PLYGRAD_SCHEDULER."""
+    chosen = _CHOSEN.get()
+    return config.PLYGRAD_SCHEDULER.get() if chosen is None else chosen
 
 
 @contextmanager
 def use_scheduler(name: str) -> Iterator[None]:
-    """Realize with the `plygrad.schedulers` entry point `name` inside the block (`Tensor.scheduler(name)`)."""
-    _CHOSEN.append(name)
+    """Realize with the `plygrad.schedulers` entry point `name` inside the block (`Tensor.scheduler(name)`); other
+    threads keep their own choice."""
+    token = _CHOSEN.set(name)
     try:
         yield
     finally:
-        _CHOSEN.pop()
+        _CHOSEN.reset(token)
 
 
 def find_scheduler(name: str | None = None) -> ScheduleFn:
     """The schedule callable registered as `name` (default: `scheduler_name()`), loaded once."""
     name = scheduler_name() if name is None else name
-    if name not in _LOADED:
-        hint = "pip install plygrad-scheduler, or set PLYGRAD_SCHEDULER / use Tensor.scheduler(name) with one found"
-        _LOADED[name] = discovery.load_callable(SCHEDULERS, name, "scheduler", hint, SchedulerNotFoundError)
-    return _LOADED[name]
+    found = _LOADED.get(name)
+    if found is None:
+        with _LOADING:
+            found = _LOADED.get(name)
+            if found is None:
+                hint = ("pip install plygrad-scheduler, or set PLYGRAD_SCHEDULER / use Tensor.scheduler(name) with "
+                        "one found")
+                found = _LOADED[name] = discovery.load_callable(SCHEDULERS, name, "scheduler", hint,
+                                                                SchedulerNotFoundError)
+    return found
 
 
 def stage_host_data(buf: Buffer, data: BytesLike) -> None:
@@ -82,11 +105,12 @@ def stage_host_data(buf: Buffer, data: BytesLike) -> None:
 
 
 def flush_host_data(buffers: Sequence[Buffer]) -> None:
-    """Copy staged host data into those of `buffers` that still have some."""
-    for buf in buffers:
-        data = _PENDING.pop(buf, None)
-        if data is not None:
-            buf.copyin(data)
+    """Copy staged host data into those of `buffers` that still have some, under `_FLUSHING` (see there)."""
+    with _FLUSHING:
+        for buf in buffers:
+            data = _PENDING.pop(buf, None)
+            if data is not None:
+                buf.copyin(data)
 
 
 def schedule_bytes(roots: Sequence[UOp]) -> bytes:
@@ -119,23 +143,27 @@ def _cached_schedule(key: UOp) -> bytes:
     swapped or uninstalled (discovery clears `_LOADED`) is never answered for by another one's cached schedules."""
     schedule = find_scheduler()
     cache_key = (schedule, key)
-    data = _SCHEDULES.get(cache_key)
+    with _SCHEDULES_LOCK:
+        data = _SCHEDULES.get(cache_key)
     if data is None:
-        data = _SCHEDULES[cache_key] = schedule(serialize(key, Stage.TENSOR))
-        if len(_SCHEDULES) > MAX_SCHEDULES:
-            _SCHEDULES.popitem(last=False)
+        data = schedule(serialize(key, Stage.TENSOR))
+        with _SCHEDULES_LOCK:
+            _SCHEDULES[cache_key] = data
+            if len(_SCHEDULES) > MAX_SCHEDULES:
+                _SCHEDULES.popitem(last=False)
     return data
 
 
 @contextmanager
 def capturing() -> Iterator[Capture]:
-    """Record every schedule run inside the block (its plan and Buffers) into the Capture this yields."""
+    """Record every schedule run of this thread inside the block (its plan and Buffers) into the Capture this
+    yields; runs of other threads are not recorded."""
     capture = Capture()
-    _CAPTURES.append(capture)
+    token = _CAPTURE.set(capture)
     try:
         yield capture
     finally:
-        _CAPTURES.pop()
+        _CAPTURE.reset(token)
 
 
 def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
@@ -145,15 +173,17 @@ def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
     by_id = {buf.id: buf for buf in inputs}
     plan: ExecPlan
     if PLYGRAD_FORCE_BYTES.get():
-        plan, given = load_plan(find_scheduler()(serialize(sink, Stage.TENSOR))), by_id
+        plan = load_plan(find_scheduler()(serialize(sink, Stage.TENSOR)), f"scheduler {scheduler_name()!r}")
+        given = by_id
     else:
         key, ids = normalize(sink)
-        plan = load_plan(_cached_schedule(key))
+        plan = load_plan(_cached_schedule(key), f"scheduler {scheduler_name()!r}")
         given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(ids)}
     flush_host_data(inputs)
     bufs = plan.bind(given)
     plan.execute(bufs)
-    if _CAPTURES:
-        _CAPTURES[-1].record(plan, bufs)
+    capture = _CAPTURE.get()
+    if capture is not None:
+        capture.record(plan, bufs)
     by_root = {root: plan.output_buffer(bufs, n, given) for n, root in enumerate(unique)}
     return [by_root[root] for root in roots]

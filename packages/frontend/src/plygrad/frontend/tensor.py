@@ -8,8 +8,8 @@ realized tensor then points at its output Buffer (a BUFFER + RESHAPE node) and h
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, ClassVar, Self, TypeAlias
+from contextlib import AbstractContextManager
+from typing import Any, Self, TypeAlias
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from plygrad.frontend.lazy import (
     stop_gradient,
     written_buffer,
 )
+from plygrad.frontend.modes import grad_mode, training_mode
 from plygrad.ir import DType, DTypeError, Ops, ShapeError, UOp, dtypes
 from plygrad.runtime import Buffer
 
@@ -61,10 +62,8 @@ class Tensor(CreationOps):
 
     __slots__ = ()
 
-    no_grad: ClassVar[bool] = False
-    """While True, new results record no gradient (see `no_grad()`); optimizers update weights under it."""
-    training: ClassVar[bool] = False
-    """True in training mode (see `Tensor.train()`): dropout and batch norm behave as in training."""
+    # `Tensor.no_grad` (no gradients recorded) and `Tensor.training` (dropout, batch norm) are per-thread flags that
+    # read and assign like class attributes: see plygrad.frontend.modes and docs/threads.md
     grad: Tensor | None
 
     def __init__(self, data: Data | Tensor, dtype: DType | None = None, device: str | None = None,
@@ -244,7 +243,7 @@ class Tensor(CreationOps):
         keys = {t: tuple(dict.fromkeys((t.uop, autograd.unrealized(t.uop)[0]))) for t in targets}
         grads = autograd.compute_gradient(root, seed, {k for ks in keys.values() for k in ks})
         all_inputs = self.inputs | inputs | seed_inputs
-        requires_grad = bool(self._requires_grad) and not self.no_grad
+        requires_grad = bool(self._requires_grad) and not type(self).no_grad
         out: list[Tensor] = []
         for t in targets:
             found = [grads[k] for k in keys[t] if k in grads]
@@ -277,8 +276,9 @@ class Tensor(CreationOps):
                                "it is computed from has requires_grad=True (or it was computed under no_grad)")
         root, _ = autograd.unrealized(self.uop)
         nodes = set(root.sparents())
-        leaves = [t for t in list(autograd.LEAVES.values())
-                  if isinstance(t, Tensor) and t._requires_grad and t.uop in nodes]
+        # valuerefs() copies the table in one step: iterating it while another thread makes a leaf would raise
+        found = (ref() for ref in autograd.LEAVES.valuerefs())
+        leaves = [t for t in found if isinstance(t, Tensor) and t._requires_grad and t.uop in nodes]
         if not leaves:
             self._seed(gradient)  # the same argument errors as when there are leaves
             return self
@@ -290,19 +290,19 @@ class Tensor(CreationOps):
 
     @staticmethod
     def train(mode: bool = True) -> AbstractContextManager[None]:
-        """`with Tensor.train():` (or `@Tensor.train()`) sets Tensor.training inside the block."""
-        return _class_flag("training", mode)
+        """`with Tensor.train():` (or `@Tensor.train()`) sets this thread's Tensor.training inside the block."""
+        return training_mode(mode)
 
     @staticmethod
     def test(mode: bool = True) -> AbstractContextManager[None]:
-        """`with Tensor.test():` turns gradient recording off inside the block (Tensor.no_grad = mode)."""
-        return _class_flag("no_grad", mode)
+        """`with Tensor.test():` turns this thread's gradient recording off inside the block (no_grad = mode)."""
+        return grad_mode(mode)
 
     # ---- in-place operators ---------------------------------------------------------------------------------------
     def _inplace(self, op: str, result: Self) -> Self:
         """PyTorch's in-place rules: the result keeps this tensor's shape and a dtype of at least its kind, and a
         leaf that requires grad cannot be changed in place while gradients are recorded."""
-        if self._is_grad_leaf() and not self.no_grad:
+        if self._is_grad_leaf() and not type(self).no_grad:
             raise RuntimeError(f"{op}: a leaf tensor that requires grad (shape {self.shape}) cannot be changed in "
                                "place; do it under `with no_grad():`, or on a .detach()ed copy")
         if result.shape != self.shape:
@@ -350,21 +350,12 @@ def _kind_rank(dtype: DType) -> int:
     return 0 if dtype.is_bool else 2 if dtype.is_float else 1
 
 
-@contextmanager
-def _class_flag(name: str, value: bool) -> Iterator[None]:
-    previous = getattr(Tensor, name)
-    setattr(Tensor, name, value)
-    try:
-        yield
-    finally:
-        setattr(Tensor, name, previous)
-
-
 def no_grad() -> AbstractContextManager[None]:
-    """`with no_grad():` (or `@no_grad()`): results computed inside record no gradient, like torch.no_grad."""
-    return _class_flag("no_grad", True)
+    """`with no_grad():` (or `@no_grad()`): results computed inside record no gradient, like torch.no_grad (for the
+    calling thread only, as in PyTorch)."""
+    return grad_mode(True)
 
 
 def enable_grad() -> AbstractContextManager[None]:
     """`with enable_grad():` records gradients again inside a no_grad block, like torch.enable_grad."""
-    return _class_flag("no_grad", False)
+    return grad_mode(False)
