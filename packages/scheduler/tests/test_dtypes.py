@@ -7,6 +7,7 @@ from sched_helpers import assert_matches, buffer, check, const, kernel_count, mo
 
 from plygrad.ir import DType, Ops, UOp, dtypes
 from plygrad.scheduler import schedule_uop
+from plygrad.scheduler.budget import KERNEL_NODE_BUDGET
 
 
 @pytest.mark.parametrize("op", [Ops.IDIV, Ops.MOD, Ops.MAX, Ops.AND, Ops.XOR])
@@ -54,5 +55,6 @@ def test_deep_graphs_need_no_recursion() -> None:
         y = mov(y, Ops.FLIP, (True, False)) * const(0.5, (2, 2)) + x
     graph = sink(y)
     fused = schedule_uop(graph)
-    assert kernel_count(fused) == 1
+    # 3 new nodes a step (FLIP, MUL, ADD): the node budget cuts the chain into kernels at least half full
+    assert 1 < kernel_count(fused) <= 3 * 2000 // (KERNEL_NODE_BUDGET // 2)
     assert_matches(graph, fused, random_buffers(graph))

@@ -12,6 +12,9 @@ Rules of thumb, cheapest first, each justified by what the C compiler does with 
   every broadcast scalar `width` times, with 4 independent accumulation chains.
 - Otherwise UPCAST the innermost output axis by 4 when 4 divides it and it has at least 8 iterations: four stores
   per iteration, and in a reduction four accumulators that reuse each loaded value.
+- Neither UPCAST when the kernel body is large and mostly scalar: an UPCAST copies each op without a vector form
+  (comparisons, selects, casts, integer math) once per lane, so past SCALAR_COPIES_MAX copies the source, and the
+  C compiler's time on it, grow by the amount for a loop overhead such a body no longer notices.
 - THREAD the outermost output axis when the target has several threads and the kernel does enough work for
   OpenMP's start-up to pay off.
 - LOCAL (targets with workgroups only) the outermost output axis by the largest of 16/8/4/2 that divides it.
@@ -22,13 +25,22 @@ from __future__ import annotations
 from typing import Final
 
 from plygrad.codegen.opts import kernel_ranges
-from plygrad.codegen.vectorize import VECTOR_DTYPES, lane_stride
-from plygrad.ir import AxisType, Ops, Opt, OptOps, PtrDType, Target, UOp
+from plygrad.codegen.vectorize import VECTOR_DTYPES, VECTOR_OPS, lane_stride
+from plygrad.ir import AxisType, GroupOp, Ops, Opt, OptOps, PtrDType, Target, UOp, dtypes
 
 FULL_UNROLL_MAX: Final = 8
 UPCAST_AMOUNT: Final = 4
 BLOCK_ROWS: Final = 4  # rows of a register tile: 4 vector accumulators fit the 16 registers of AVX2 or NEON
 THREAD_MIN_WORK: Final = 1 << 15  # loop iterations below which starting an OpenMP team costs more than it saves
+SCALAR_COPIES_MAX: Final = 256  # scalar op copies an UPCAST may make (a 500-op relu chain took 3 s to compile)
+
+
+def scalar_ops(kernel: UOp) -> int:
+    """The value ops of `kernel` that an UPCAST would copy per lane (no vector form); index math is not counted."""
+    return sum(1 for n in kernel.toposort
+               if n.op in GroupOp.ALU and n.dtype is not dtypes.index
+               and not all(s.dtype is dtypes.index for s in n.src)
+               and not (n.op in VECTOR_OPS and n.dtype in VECTOR_DTYPES))
 
 
 def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
@@ -48,13 +60,17 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
         elif sized[axis] % UPCAST_AMOUNT == 0 and sized[axis] > 0:
             opts.append(Opt(OptOps.UNROLL, axis, UPCAST_AMOUNT))
     width = vector_width(kernel, ranges[outputs[-1]], target) if outputs else 0
+    scalar = scalar_ops(kernel)
+    if width * scalar > SCALAR_COPIES_MAX:
+        width = 0
     if width:
         opts.append(Opt(OptOps.UPCAST, outputs[-1], width))
         sized[outputs[-1]] //= width  # the outer part keeps the axis id
         if reduces and len(outputs) >= 2 and sized[outputs[-2]] % BLOCK_ROWS == 0 and sized[outputs[-2]] > 0:
             opts.append(Opt(OptOps.UPCAST, outputs[-2], BLOCK_ROWS))
             sized[outputs[-2]] //= BLOCK_ROWS
-    elif outputs and sized[outputs[-1]] % UPCAST_AMOUNT == 0 and sized[outputs[-1]] >= 2 * UPCAST_AMOUNT:
+    elif (outputs and UPCAST_AMOUNT * scalar <= SCALAR_COPIES_MAX and sized[outputs[-1]] % UPCAST_AMOUNT == 0
+          and sized[outputs[-1]] >= 2 * UPCAST_AMOUNT):
         opts.append(Opt(OptOps.UPCAST, outputs[-1], UPCAST_AMOUNT))
         sized[outputs[-1]] //= UPCAST_AMOUNT
     if outputs and target.threads > 1 and sized[outputs[0]] >= 2 and work >= THREAD_MIN_WORK:

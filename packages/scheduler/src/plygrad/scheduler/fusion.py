@@ -16,6 +16,12 @@ inline REDUCEs). The rules of the fusing scheduler:
    as the EXPAND of softmax's max, or another REDUCE above it) the REDUCE is a root. Producers of a REDUCE are
    always fused into it.
 
+(Rule 5, several outputs in one kernel, is schedule.py's.)
+6. A wide concatenation (concat.py: at least CONCAT_MIN_PIECES zero-PADded pieces added up) is a root, written
+   piece by piece into its slices rather than as one expression with a branch per piece.
+7. No kernel inlines more than KERNEL_NODE_BUDGET tensor nodes (budget.py): where a region would, the largest
+   values it fuses become roots, so a long elementwise chain is cut into kernels of bounded size.
+
 The `unfused` scheduler makes every node that computes something (not a BUFFER, CONST, variable or movement op)
 a root: one kernel per op.
 """
@@ -23,8 +29,11 @@ a root: one kernel per op.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from plygrad.ir import GroupOp, Ops, UOp
+from plygrad.scheduler.budget import KERNEL_NODE_BUDGET, split_oversized
+from plygrad.scheduler.concat import Concat, find_concat
 
 _LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
 
@@ -75,8 +84,34 @@ def _reduce_fuses_up(reduce: UOp, users: dict[UOp, list[UOp]], roots: set[UOp]) 
         cur = user
 
 
-def find_roots(sink: UOp, fuse: bool) -> list[UOp]:
-    """The nodes that get a kernel, in topological order (sources first)."""
+@dataclass
+class FusionPlan:
+    """What fusion decided: the roots in topological order, the wide concatenations among them, and the size of
+    each node's fused region (budget.py; empty for the unfused scheduler)."""
+
+    roots: list[UOp]
+    concats: dict[UOp, Concat] = field(default_factory=dict)
+    sizes: dict[UOp, int] = field(default_factory=dict)
+
+
+def _find_concats(order: Sequence[UOp], users: dict[UOp, list[UOp]], roots: set[UOp]) -> dict[UOp, Concat]:
+    """Rule 6, top-down so a cat is found at its top ADD; the ADDs below one are not tried again (which also keeps
+    a long sum of non-pieces linear: its tree is walked once)."""
+    concats: dict[UOp, Concat] = {}
+    tried: set[UOp] = set()
+    for node in reversed(order):
+        if node.op not in (Ops.ADD, Ops.OR) or node in tried:
+            continue
+        concat, walked = find_concat(node, users, roots)
+        tried |= walked
+        if concat is not None:
+            concats[node] = concat
+            roots.add(node)
+    return concats
+
+
+def plan_fusion(sink: UOp, fuse: bool, budget: int = KERNEL_NODE_BUDGET) -> FusionPlan:
+    """The nodes that get a kernel (rules 1-4, 6 and 7 above; one per computing op when not `fuse`)."""
     order = sink.toposort
     roots: set[UOp] = set()
     for out in sink.src:
@@ -89,10 +124,19 @@ def find_roots(sink: UOp, fuse: bool) -> list[UOp]:
             roots.add(strip_reshapes(node.src[0]))
         if not fuse and node.op not in _LEAVES and node.op not in GroupOp.Movement and node.op is not Ops.SINK:
             roots.add(node)
-    if fuse:
-        users = users_of(order)
-        # top-down, so a REDUCE's decision sees whether the REDUCEs above it became roots
-        for node in reversed(order):
-            if node.op is Ops.REDUCE and node not in roots and not _reduce_fuses_up(node, users, roots):
-                roots.add(node)
-    return [n for n in order if n in roots]
+    if not fuse:
+        return FusionPlan([n for n in order if n in roots])
+    users = users_of(order)
+    concats = _find_concats(order, users, roots)
+    # top-down, so a REDUCE's decision sees whether the REDUCEs above it became roots
+    for node in reversed(order):
+        if node.op is Ops.REDUCE and node not in roots and not _reduce_fuses_up(node, users, roots):
+            roots.add(node)
+    joins = frozenset().union(*(c.joins for c in concats.values()))
+    sizes = split_oversized(order, roots, users, joins, budget)
+    return FusionPlan([n for n in order if n in roots], concats, sizes)
+
+
+def find_roots(sink: UOp, fuse: bool) -> list[UOp]:
+    """The nodes that get a kernel, in topological order (sources first)."""
+    return plan_fusion(sink, fuse).roots

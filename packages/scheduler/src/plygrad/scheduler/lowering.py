@@ -176,6 +176,23 @@ class KernelBuilder:
         self.loops.append(tuple(r for r in ranges if r.op is Ops.RANGE))
         self.stores.append(store)
 
+    def add_slice(self, value: UOp | None, out: UOp, shape: tuple[int, ...], *, axis: int, start: int,
+                  length: int) -> None:
+        """STORE tensor `value` (None: zeros) into positions start..start+length along `axis` of BUFFER `out`, a
+        row-major tensor of `shape`: one piece of a concatenation, over loops of its own (closed by an END here, so
+        the pieces of one kernel run one after the other)."""
+        piece_shape = tuple(length if i == axis else n for i, n in enumerate(shape))
+        ranges = tuple(self._range(s, AxisType.LOOP) for s in piece_shape)
+        zeros = UOp.const(out.dtype, 0)
+        computed = zeros if value is None or not math.prod(piece_shape) else self.lower(value, ranges)
+        placed = tuple(r + start if i == axis and start else r for i, r in enumerate(ranges))
+        param = self._param(out)
+        store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, param.dtype, (param, flat_index(placed, shape))),
+                                             computed))
+        loops = tuple(r for r in ranges if r.op is Ops.RANGE)
+        self.stores.append(UOp(Ops.END, dtypes.void, (store, *loops)) if loops else store)
+        self.loops.append(())
+
     def kernel(self, name: str) -> UOp:
         """The kernel SINK. A single STORE is closed by an END of its loops; the STOREs of a multi-output kernel
         share one loop nest, so they are left bare (ENDs are optional) rather than closing the same loops twice."""

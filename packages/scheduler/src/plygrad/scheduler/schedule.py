@@ -3,22 +3,73 @@
 The steps, in order: the clean-up passes (passes.TENSOR_PASSES), choosing the roots (fusion.py), ordering them
 (sources first, and every raw read of a buffer before an ASSIGN that overwrites it), lowering each root's fused
 region into a kernel (lowering.py), grouping independent same-shaped elementwise outputs into one kernel with
-several STOREs, and sharing intermediate buffers (planning.py).
+several STOREs, writing wide concatenations piece by piece (concat.py), and sharing intermediate buffers
+(planning.py). No kernel packs more than the node budget (budget.py) of fused regions.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from plygrad.ir import BufferRef, Ops, Stage, UOp, dtypes, graph_rewrite, verify
+from plygrad.scheduler.budget import KERNEL_NODE_BUDGET
+from plygrad.scheduler.concat import Concat
 from plygrad.scheduler.errors import ScheduleError
-from plygrad.scheduler.fusion import contiguous_buffer, find_roots, strip_reshapes
+from plygrad.scheduler.fusion import contiguous_buffer, plan_fusion, strip_reshapes
 from plygrad.scheduler.lowering import KernelBuilder, kernel_name
 from plygrad.scheduler.passes import TENSOR_PASSES
 from plygrad.scheduler.planning import share_buffers
 
 DEFAULT_DEVICE = "CPU"  # the device of a tensor computed only from constants (no BUFFER to take it from)
+# a piece of a concatenation this large (elements) gets a kernel of its own: the heuristic then parallelizes and
+# vectorizes its loop, which it does for only one loop nest of a kernel
+OWN_KERNEL_ELEMENTS = 1 << 15
+
+
+@dataclass(frozen=True)
+class _Slice:
+    """A piece of a concatenation to store (None: a gap of zeros) and the size of its fused region."""
+
+    value: UOp | None
+    start: int
+    length: int
+    size: int
+
+
+def _pack_by_size(roots: list[UOp], sizes: dict[UOp, int]) -> list[list[UOp]]:
+    """`roots` in order, cut into consecutive groups whose fused regions add up to at most the node budget."""
+    groups: list[list[UOp]] = []
+    total = KERNEL_NODE_BUDGET + 1
+    for root in roots:
+        size = sizes.get(root, 1)
+        if total + size <= KERNEL_NODE_BUDGET:
+            groups[-1].append(root)
+            total += size
+        else:
+            groups.append([root])
+            total = size
+    return groups
+
+
+def _pack(slices: list[_Slice], alone: Callable[[_Slice], bool]) -> list[list[_Slice]]:
+    """`slices` in order, cut into consecutive kernels whose region sizes add up to at most the node budget; a
+    slice for which `alone` holds gets a kernel of its own."""
+    groups: list[list[_Slice]] = []
+    total = KERNEL_NODE_BUDGET + 1  # nothing open yet
+    for piece in slices:
+        if alone(piece):
+            groups.append([piece])
+            total = KERNEL_NODE_BUDGET + 1
+        elif total + piece.size <= KERNEL_NODE_BUDGET:
+            groups[-1].append(piece)
+            total += piece.size
+        else:
+            groups.append([piece])
+            total = piece.size
+    return groups
 
 
 def _devices(order: tuple[UOp, ...]) -> dict[UOp, str]:
@@ -142,6 +193,23 @@ class _Scheduler:
         self.calls.append(builder.call(kernel_name(roots, builder.has_reduce)))
         self.realized.update(zip(roots, outs, strict=True))
 
+    def emit_concat(self, concat: Concat, sizes: dict[UOp, int]) -> None:
+        """One output buffer; its pieces (and zero gaps) written into their slices by as few kernels as the node
+        budget allows, a large piece by a kernel of its own."""
+        root = concat.node
+        shape = root.shape
+        assert shape is not None
+        out = self.new_buffer(root)
+        row = math.prod(shape) // max(shape[concat.axis], 1)
+        slices = [_Slice(p.value, p.start, p.length, sizes.get(p.pad, 1)) for p in concat.pieces]
+        slices += [_Slice(None, start, length, 1) for start, length in concat.gaps]
+        for group in _pack(slices, lambda s: s.length * row >= OWN_KERNEL_ELEMENTS):
+            builder = KernelBuilder(self.realized, [out], self.binds)
+            for piece in group:
+                builder.add_slice(piece.value, out, shape, axis=concat.axis, start=piece.start, length=piece.length)
+            self.calls.append(builder.call(kernel_name([root], builder.has_reduce)))
+        self.realized[root] = out
+
     def emit_copy(self, copy: UOp) -> None:
         src = contiguous_buffer(copy.src[0]) or self.realized[strip_reshapes(copy.src[0])]
         dst = self.new_buffer(copy)
@@ -149,14 +217,17 @@ class _Scheduler:
         self.realized[copy] = dst
 
     def run(self) -> UOp:
-        roots = find_roots(self.sink, self.fuse)
+        plan = plan_fusion(self.sink, self.fuse)
+        roots = plan.roots
         root_set = set(roots)
         regions = {r: _region(r, root_set) for r in roots}
         ordered = _order_roots(roots, regions)
-        groups = self.group_outputs(ordered, regions) if self.fuse else {}
+        groups = self.group_outputs(ordered, regions, plan.concats.keys(), plan.sizes) if self.fuse else {}
         pending: dict[int, list[UOp]] = {}
         for root in ordered:
-            if root.op is Ops.COPY:
+            if root in plan.concats:
+                self.emit_concat(plan.concats[root], plan.sizes)
+            elif root.op is Ops.COPY:
                 self.emit_copy(root)
             elif root.op is Ops.ASSIGN:
                 self.emit_assign(root)
@@ -172,20 +243,27 @@ class _Scheduler:
         calls = [c.substitute(mapping) for c in self.calls] if mapping else self.calls
         return UOp(Ops.LINEAR, dtypes.void, tuple(calls), outputs)
 
-    def group_outputs(self, ordered: list[UOp], regions: dict[UOp, tuple[set[UOp], set[UOp], bool]]
-                      ) -> dict[UOp, list[UOp]]:
+    def group_outputs(self, ordered: list[UOp], regions: dict[UOp, tuple[set[UOp], set[UOp], bool]],
+                      concats: Collection[UOp], sizes: dict[UOp, int]) -> dict[UOp, list[UOp]]:
         """Outputs of the SINK that nothing else reads, computed elementwise over one shape on one device, share a
         kernel (one loop nest, several STOREs): inputs they have in common are read in the same loop. Only in
-        graphs without ASSIGN, so that moving a root later never moves it past a write it must precede."""
+        graphs without ASSIGN, so that moving a root later never moves it past a write it must precede; a group
+        holds no more fused nodes than the budget allows."""
         if any(r.op is Ops.ASSIGN for r in ordered):
             return {}
         read_by_roots = set().union(*(regions[r][0] for r in ordered))
         outputs = {strip_reshapes(s) for s in self.sink.src}
         by_kind: dict[tuple[tuple[int, ...] | None, str], list[UOp]] = {}
         for r in ordered:
-            if (r in outputs and r not in read_by_roots and r.op is not Ops.COPY and not regions[r][2]):
+            if (r in outputs and r not in read_by_roots and r.op is not Ops.COPY and r not in concats
+                    and not regions[r][2]):
                 by_kind.setdefault((r.shape, self.devices[r]), []).append(r)
-        return {r: members for members in by_kind.values() if len(members) > 1 for r in members}
+        groups: dict[UOp, list[UOp]] = {}
+        for members in by_kind.values():
+            for group in _pack_by_size(members, sizes):
+                if len(group) > 1:
+                    groups.update((r, group) for r in group)
+        return groups
 
     def output_id(self, out: UOp) -> int:
         base = strip_reshapes(out)
