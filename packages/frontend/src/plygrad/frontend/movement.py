@@ -272,8 +272,9 @@ class MovementOps(ElementwiseOps):
     def cat(self, *others: Self, dim: int = 0) -> Self:
         """The tensors joined along `dim` (`a.cat(b, c)` or `Tensor.cat(a, b, c, dim=1)`); dtypes promote.
 
-        Each piece is zero-PADded to the full length and the pieces are ADDed (OR for bool): one fused kernel,
-        no copies."""
+        Each piece is zero-PADded to the full length and the pieces are ADDed (OR for bool): a few pieces fuse
+        into their consumer's kernel as gated loads, and the scheduler writes a cat of many pieces slice by slice
+        into one buffer (docs/scheduler.md, rule 6), so the graph stays the same whatever the count."""
         tensors = (self, *others)
         axis = self._axis(dim, "cat")
         for t in others:
