@@ -32,15 +32,19 @@ def default_device() -> str:
 
 
 def resolve_device(device: str | None) -> str:
-    """The canonical name of `device` (None: the default), checked against the backends installed, so that a
-    misspelt device fails where the tensor is made instead of silently computing on another one."""
-    name = default_device() if device is None else canonical_device(device)
+    """The canonical name of `device` (None: the default). A device named explicitly is checked against the backends
+    installed, so a misspelt one fails where the tensor is made instead of silently computing somewhere else. The
+    default (PLYGRAD_DEVICE, or the best backend) is not: naming it opens nothing, so graphs can be built where no
+    backend is installed, and realizing on a missing one raises the registry's BackendError with its cause."""
+    default = default_device()
+    name = default if device is None else canonical_device(device)
+    if name == default:  # e.g. `zeros_like` passing the default on
+        return name
     backends = Device.records()
     base = name.partition(":")[0]
     if base not in backends:
-        where = f"PLYGRAD_DEVICE={PLYGRAD_DEVICE.get()!r}" if device is None else f"device {device!r}"
         found = ", ".join(backends) or "none (pip install plygrad-cpu, or another plygrad backend)"
-        raise BackendError(f"{where}: no backend named {base!r} is installed; backends found: {found}")
+        raise BackendError(f"device {device!r}: no backend named {base!r} is installed; backends found: {found}")
     return name
 
 
