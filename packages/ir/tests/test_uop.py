@@ -8,6 +8,7 @@ import gc
 import math
 import struct
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -498,3 +499,33 @@ def test_index_bounds_never_wrap() -> None:
 def test_comparisons_decided_by_bounds(build: Callable[[UOp], UOp], value: bool) -> None:
     node = build(UOp.variable("cmp", 0, 10))
     assert (node.vmin, node.vmax) == (value, value)
+
+
+def _build_after(barrier: threading.Barrier, name: str, roots: list[UOp]) -> None:
+    barrier.wait()
+    x = UOp.variable(name, 0, 100)
+    for i in range(3000):
+        x = (x * (i % 7 + 2) + i) // 3
+    roots.append(x)
+
+
+def test_threads_building_the_same_graph_get_the_same_nodes() -> None:
+    """Hash-consing holds under threads: a miss looks up and inserts in one step, so two threads that build the
+    same node at the same moment end up with one object, and every later `is` comparison still works."""
+    count = 8
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, inside the miss path too
+    try:
+        for r in range(3):
+            barrier, roots = threading.Barrier(count), list[UOp]()
+            threads = [threading.Thread(target=_build_after, args=(barrier, f"t{r}", roots)) for _ in range(count)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert len(roots) == count
+            assert all(root is roots[0] for root in roots)
+            nodes = [set(map(id, root.toposort)) for root in roots]
+            assert all(n == nodes[0] for n in nodes)
+    finally:
+        sys.setswitchinterval(old)

@@ -87,7 +87,15 @@ class UOp:
         _SET_SRC(node, src)
         _SET_ARG(node, arg)
         _SET_KEY(node, key)
-        cache[key] = weakref.ref(node)
+        # setdefault looks up and inserts in one step under the GIL: when two threads build the same node at once
+        # (graphs are built and lowered in several threads, docs/threads.md), the second gets the first's object
+        ref = weakref.ref(node)
+        winner = cache.setdefault(key, ref)
+        if winner is not ref:
+            found = winner()
+            if found is not None:
+                return found
+            cache[key] = ref  # the entry of a dead node whose __del__ has not run yet
         return node
 
     def __del__(self) -> None:
@@ -99,7 +107,7 @@ class UOp:
             if ref is not None:
                 found = ref()  # this node (still referable while __del__ runs), None, or that other live node
                 if found is not None and found is not self:
-                    cache[self._key] = ref
+                    cache.setdefault(self._key, ref)  # unless a thread built the key again meanwhile
         except Exception:  # noqa: S110 - interpreter shutdown may have torn down the cache already
             pass
 
