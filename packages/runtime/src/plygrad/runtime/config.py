@@ -80,9 +80,11 @@ PLYGRAD_DISABLE_CACHE: Final = FlagSetting("PLYGRAD_DISABLE_CACHE", "when on, co
                                            "from nor written to the disk cache (the in-memory cache still works)")
 PLYGRAD_FORCE_BYTES: Final = FlagSetting("PLYGRAD_FORCE_BYTES", "when on, a schedule handed to run_linear as a UOp "
                                          "is serialized and read back first, as if it had crossed a process boundary")
+PLYGRAD_COMPILE_JOBS: Final = IntSetting("PLYGRAD_COMPILE_JOBS", 0, "how many programs of one schedule may compile "
+                                        "at once; 0: one per CPU core, 1: one after another", 0, 256)
 
 SETTINGS: Final = (DEBUG, PLYGRAD_DEVICE, PLYGRAD_CODEGEN, PLYGRAD_CACHE_DIR, PLYGRAD_DISABLE_CACHE,
-                   PLYGRAD_FORCE_BYTES)
+                   PLYGRAD_FORCE_BYTES, PLYGRAD_COMPILE_JOBS)
 
 
 def cache_dir() -> Path:

@@ -39,7 +39,7 @@ from plygrad.runtime.buffer import Buffer, lookup_buffer
 from plygrad.runtime.counters import GlobalCounters, kernel_line, opts_line
 from plygrad.runtime.device import Device, canonical_device
 from plygrad.runtime.errors import ScheduleError
-from plygrad.runtime.lowering import LoadedProgram, prepare_kernel
+from plygrad.runtime.lowering import LoadedProgram, prepare_kernels
 
 MAX_PLANS: Final = 2048
 
@@ -105,7 +105,8 @@ class ExecPlan:
                 slots.append(BufferSlot(ref.id, canonical_device(ref.device), ref.size, node.dtype))
             return slot_of[ref.id]
 
-        steps: list[Step] = []
+        steps: list[Step | None] = []
+        kernels: list[tuple[int, UOp, list[BufferSlot], tuple[int, ...], str]] = []
         for position, call in enumerate(linear.src):
             body = call.src[0]
             used = tuple(slot(s) for s in call.src[1:] if s.op is Ops.BUFFER)
@@ -115,8 +116,14 @@ class ExecPlan:
                 bufs = [slots[i] for i in used]
                 check_kernel_bounds(body, bufs, kernel=_kernel_name(body, call.arg), position=position,
                                     producer=producer)
-                steps.append(_kernel_step(call, bufs, used))
-        return ExecPlan(tuple(slots), tuple(steps), tuple(linear.arg))
+                kernels.append((len(steps), call, bufs, used, _kernel_device(call, bufs)))
+                steps.append(None)
+        # every kernel is checked before any is compiled, and the new programs compile side by side
+        loaded = prepare_kernels([(Device[dev], call.src[0], _kernel_name(call.src[0], call.arg))
+                                  for _, call, _, _, dev in kernels])
+        for (index, call, bufs, used, dev), program in zip(kernels, loaded, strict=True):
+            steps[index] = _kernel_step(call, bufs, used, dev, program)
+        return ExecPlan(tuple(slots), tuple(s for s in steps if s is not None), tuple(linear.arg))
 
     # ---- running ----------------------------------------------------------------------------------------------
     def bind(self, buffers: Mapping[int, Buffer] | None = None) -> list[Buffer]:
@@ -169,14 +176,18 @@ class ExecPlan:
         return f"<ExecPlan {len(self.slots)} buffers, {self.kernel_count} kernels, {len(self.steps)} steps>"
 
 
-def _kernel_step(call: UOp, bufs: list[BufferSlot], used: tuple[int, ...]) -> KernelStep:
-    body = call.src[0]
-    name = _kernel_name(body, call.arg)
+def _kernel_device(call: UOp, bufs: list[BufferSlot]) -> str:
+    """The one device a kernel's buffers live on."""
     devices = sorted({b.device for b in bufs})
     if len(devices) != 1:
-        raise ScheduleError(f"kernel {name!r} uses buffers on {', '.join(devices)}: a kernel runs on one device, "
-                            "so the schedule must COPY its inputs there first")
-    loaded = prepare_kernel(Device[devices[0]], body, name)
+        raise ScheduleError(f"kernel {_kernel_name(call.src[0], call.arg)!r} uses buffers on {', '.join(devices)}: "
+                            "a kernel runs on one device, so the schedule must COPY its inputs there first")
+    return devices[0]
+
+
+def _kernel_step(call: UOp, bufs: list[BufferSlot], used: tuple[int, ...], device: str,
+                 loaded: LoadedProgram) -> KernelStep:
+    """The launch of `loaded` over the CALL's buffers, once its parameters and variables match them."""
     info = loaded.info
     if len(info.params) != len(bufs):
         raise ScheduleError(f"program {info.name!r} takes {len(info.params)} buffers, the CALL gives {len(bufs)}")
@@ -188,7 +199,7 @@ def _kernel_step(call: UOp, bufs: list[BufferSlot], used: tuple[int, ...]) -> Ke
     missing = [v for v in loaded.var_names if v not in binds]
     if missing:
         raise ScheduleError(f"program {info.name!r} needs variables {missing} that the CALL does not bind")
-    return KernelStep(devices[0], loaded, used, tuple(binds[v] for v in loaded.var_names))
+    return KernelStep(device, loaded, used, tuple(binds[v] for v in loaded.var_names))
 
 
 def launch(device: str, loaded: LoadedProgram, handles: list[object], vals: Sequence[int], debug: int) -> None:
