@@ -18,6 +18,7 @@ import pytest
 from plygrad.frontend import Tensor, no_grad, scheduling
 from plygrad.frontend.jit import JitError, TinyJit
 from plygrad.frontend.nn import optim
+from plygrad.runtime.testing import fine_thread_switching
 
 Array = np.ndarray[Any, Any]
 JOIN_TIMEOUT_S = 120.0
@@ -51,13 +52,8 @@ def _run_threads(workers: list[Callable[[], None]]) -> None:
 
 @pytest.fixture
 def busy_switching() -> Iterator[None]:
-    """Switch threads every few microseconds instead of every 5 ms, so their steps interleave finely."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
+    with fine_thread_switching():
         yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 @pytest.mark.usefixtures("busy_switching")

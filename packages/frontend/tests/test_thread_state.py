@@ -4,7 +4,6 @@ TinyJit object refuses a second caller while it is busy. Graph building only: no
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,19 +12,15 @@ import pytest
 
 from plygrad.frontend import Tensor, enable_grad, no_grad, random, scheduling
 from plygrad.frontend.jit import JitError, TinyJit
+from plygrad.runtime.testing import fine_thread_switching
 
 WAIT_S = 60.0
 
 
 @pytest.fixture(autouse=True)
 def busy_switching() -> Iterator[None]:
-    """Switch threads every few microseconds, so their steps interleave finely."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
+    with fine_thread_switching():
         yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 def _run(*workers: Callable[[], None]) -> None:

@@ -4,7 +4,6 @@ the same plan, which runs correctly in several threads at once."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ from rt_schedules import add_then_sum
 from plygrad.ir import Stage, dtypes, serialize
 from plygrad.runtime import Backend, BackendDescriptor, BackendStatus, Buffer, Device, load_plan
 from plygrad.runtime.discovery import BACKENDS, installed
+from plygrad.runtime.testing import fine_thread_switching
 
 T = TypeVar("T")
 THREADS = 8
@@ -26,13 +26,8 @@ SLOW = BackendDescriptor("SLOW", priority=200, ir_major=1, ir_minor=0, factory="
 
 @pytest.fixture(autouse=True)
 def busy_switching() -> Iterator[None]:
-    """Switch threads every few microseconds, so their steps interleave finely."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
+    with fine_thread_switching():
         yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 def _at_once(work: Callable[[int], T], n: int = THREADS) -> list[T]:

@@ -17,6 +17,7 @@ errors, synchronize) runs without codegen.
 from __future__ import annotations
 
 import os
+import sys
 import unittest
 from array import array
 from collections.abc import Callable, Iterator, Sequence
@@ -68,6 +69,18 @@ def isolated_runtime(cache_dir: str | os.PathLike[str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextmanager
+def fine_thread_switching(interval: float = 1e-5) -> Iterator[None]:
+    """Let Python switch threads every `interval` seconds instead of every 5 ms inside the block, so concurrent
+    steps interleave finely and a thread-safety test sees the races it is about (docs/threads.md)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(interval)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def _param(index: int, dtype: DType, size: int) -> UOp:
