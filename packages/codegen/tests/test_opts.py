@@ -91,8 +91,9 @@ def test_heuristic_choices() -> None:
                     Opt(OptOps.THREAD, 0, 4)]
     scalar = Target("CPU", "c", threads=4, vector_widths=())
     assert Opt(OptOps.UPCAST, 1, 4) in choose_opts(matmul(64, 64, 64), scalar)
-    # 64 rows in tiles of 4 leave 16 outer iterations: LOCAL takes the largest amount that leaves a loop
-    assert Opt(OptOps.LOCAL, 0, 8) in choose_opts(matmul(64, 64, 64), GPU)
+    # a workgroup target gets the GPU heuristic: 4 rows per thread, 256 threads over the columns then the rows
+    assert choose_opts(matmul(64, 64, 64), GPU) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.LOCAL, 1, 64),
+                                                   Opt(OptOps.LOCAL, 0, 4)]
     assert choose_opts(elementwise_add(dtypes.float32, 6), CPU4) == []
 
 

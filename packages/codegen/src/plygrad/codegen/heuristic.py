@@ -17,7 +17,16 @@ Rules of thumb, cheapest first, each justified by what the C compiler does with 
   C compiler's time on it, grow by the amount for a loop overhead such a body no longer notices.
 - THREAD the outermost output axis when the target has several threads and the kernel does enough work for
   OpenMP's start-up to pay off.
-- LOCAL (targets with workgroups only) the outermost output axis by the largest of 16/8/4/2 that divides it.
+
+Targets with workgroups (GPUs) take `choose_gpu_opts` instead:
+- GROUP a long reduction (>= GROUP_MIN_REDUCE iterations) whose kernel has few outputs (< GROUP_MAX_OUTPUTS): a
+  handful of blocks cannot fill a GPU, so the threads of one block share each reduction (shared-memory partials).
+  Only reductions not nested in another reduction's loop are grouped.
+- UPCAST the row axis of a matmul-shaped kernel (a reduction, two or more output axes) by 4: each thread keeps 4
+  accumulators and reuses every load of the column operand 4 times, while neighbouring threads still read
+  neighbouring columns.
+- LOCAL: up to LOCAL_THREADS threads per block over the output axes, innermost first, each by the largest power of
+  two dividing it (a block of 1 thread where nothing divides: correct, slow).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 from typing import Final
 
 from plygrad.codegen.opts import kernel_ranges
+from plygrad.codegen.scope import loop_scopes
 from plygrad.codegen.vectorize import VECTOR_DTYPES, VECTOR_OPS, lane_stride
 from plygrad.ir import AxisType, GroupOp, Ops, Opt, OptOps, PtrDType, Target, UOp, dtypes
 
@@ -32,6 +42,10 @@ FULL_UNROLL_MAX: Final = 8
 UPCAST_AMOUNT: Final = 4
 BLOCK_ROWS: Final = 4  # rows of a register tile: 4 vector accumulators fit the 16 registers of AVX2 or NEON
 THREAD_MIN_WORK: Final = 1 << 15  # loop iterations below which starting an OpenMP team costs more than it saves
+GROUP_MIN_REDUCE: Final = 256  # reductions shorter than this are cheap enough serially in one thread
+GROUP_MAX_OUTPUTS: Final = 1024  # fewer outputs than this leave most of a GPU idle without GROUP
+GROUP_THREADS: Final = 256
+LOCAL_THREADS: Final = 256
 SCALAR_COPIES_MAX: Final = 256  # scalar op copies an UPCAST may make (a 500-op relu chain took 3 s to compile)
 
 
@@ -45,6 +59,8 @@ def scalar_ops(kernel: UOp) -> int:
 
 def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
     """Optimizations for `kernel` on `target`, in the order `apply_opts` applies them."""
+    if target.has_local:
+        return choose_gpu_opts(kernel, target)
     ranges = kernel_ranges(kernel)
     sized = {axis: int(r.src[0].arg) for axis, r in ranges.items() if r.src[0].op is Ops.CONST}
     outputs = sorted(a for a, r in ranges.items() if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL) and a in sized)
@@ -75,11 +91,6 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
         sized[outputs[-1]] //= UPCAST_AMOUNT
     if outputs and target.threads > 1 and sized[outputs[0]] >= 2 and work >= THREAD_MIN_WORK:
         opts.append(Opt(OptOps.THREAD, outputs[0], target.threads))
-    elif outputs and target.has_local:
-        for amount in (16, 8, 4, 2):
-            if sized[outputs[0]] % amount == 0 and amount <= target.local_max[0] and sized[outputs[0]] > amount:
-                opts.append(Opt(OptOps.LOCAL, outputs[0], amount))
-                break
     return opts
 
 
@@ -101,3 +112,53 @@ def vector_width(kernel: UOp, axis: UOp, target: Target) -> int:
     widths = target.vector_widths_for(dtypes_stored.pop())
     # as the scalar UPCAST: an axis of fewer than 8 elements is not worth unrolling (a width 2 on 6 elements)
     return max((w for w in widths if size % w == 0 and size >= max(w, 2 * UPCAST_AMOUNT)), default=0)
+
+
+def _largest_power_of_two(size: int, limit: int) -> int:
+    """The largest power of two <= limit that divides size (1 if none does)."""
+    amount = 1
+    while amount * 2 <= limit and size % (amount * 2) == 0:
+        amount *= 2
+    return amount
+
+
+def choose_gpu_opts(kernel: UOp, target: Target) -> list[Opt]:
+    """Optimizations for a target with workgroups (module docstring): GROUP, UPCAST, LOCAL."""
+    ranges = kernel_ranges(kernel)
+    sized = {axis: int(r.src[0].arg) for axis, r in ranges.items() if r.src[0].op is Ops.CONST}
+    outputs = sorted(a for a, r in ranges.items() if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL) and sized.get(a))
+    output_elements = 1
+    for axis in outputs:
+        output_elements *= sized[axis]
+    opts: list[Opt] = []
+    group = 1
+    if output_elements < GROUP_MAX_OUTPUTS and target.has_shared:
+        scopes = loop_scopes(kernel)
+        limit = min(GROUP_THREADS, target.max_threads_per_group, target.local_max[0],
+                    target.shared_max // 8 if target.shared_max else 0)
+        for red in (n for n in kernel.toposort if n.op is Ops.REDUCE):
+            if any(r.arg[1] is not AxisType.LOOP and r.arg[1] is not AxisType.GLOBAL for r in scopes[red]):
+                continue  # nested in another reduction's loop
+            axis = int(red.src[-1].arg[0])
+            if red.dtype.count > 1 or sized.get(axis, 0) < GROUP_MIN_REDUCE:
+                continue
+            amount = _largest_power_of_two(sized[axis], limit)
+            if amount >= 2 and all(o.axis != axis for o in opts):
+                opts.append(Opt(OptOps.GROUP, axis, amount))
+                group = max(group, amount)
+    reduces = any(r.arg[1] is AxisType.REDUCE for r in ranges.values())
+    if reduces and group == 1 and len(outputs) >= 2 and sized[outputs[-2]] % UPCAST_AMOUNT == 0 \
+            and sized[outputs[-2]] >= 2 * UPCAST_AMOUNT and UPCAST_AMOUNT * scalar_ops(kernel) <= SCALAR_COPIES_MAX:
+        opts.append(Opt(OptOps.UPCAST, outputs[-2], UPCAST_AMOUNT))
+        sized[outputs[-2]] //= UPCAST_AMOUNT
+    budget = min(LOCAL_THREADS, target.max_threads_per_group) // group
+    used = 0  # LOCAL axes so far: threadIdx x, y, z in turn, the GROUP dimension after them
+    for axis in reversed(outputs):
+        if budget < 2 or used + (group > 1) == 3:
+            break
+        amount = _largest_power_of_two(sized[axis], min(budget, target.local_max[used]))
+        if amount >= 2:
+            opts.append(Opt(OptOps.LOCAL, axis, amount))
+            budget //= amount
+            used += 1
+    return opts

@@ -6,8 +6,10 @@
 2. `simplify`: plygrad.ir's symbolic rules on the index math, and gates they decide (gates.py);
    `unshare_ranges`: a REDUCE over a RANGE that another REDUCE also uses gets its own copy (expand.py);
 3. `optimize`: the explicit optimization stage (opts.py): the given `Opt`s, or the heuristic's (heuristic.py);
+   `gpu_dims`: on a target with workgroups, output loops become GLOBAL (launch) ranges (gpu.py);
 4. `expand_upcast`: UPCAST ranges become unrolled stores (expand.py), one contiguous UPCAST axis of a vector
    width vector lanes (vectorize.py);
+   `group_reduce`: GROUP_REDUCE reductions become shared-memory partials, a barrier and a serial finish (gpu.py);
 5. `lower_reduce`: REDUCEs become accumulators updated in their loops, UNROLL ranges unrolled updates;
 6. `simplify_lowered`: the symbolic rules again over the constants the expansion substituted;
 7. `linearize`: the flat statement list with loops (linearize.py);
@@ -24,6 +26,7 @@ from typing import Final
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.expand import RegSlots, expand_upcast, lower_reduce, unshare_reduce_ranges
 from plygrad.codegen.gates import simplify_rules
+from plygrad.codegen.gpu import gpu_dims, group_reduce
 from plygrad.codegen.heuristic import choose_opts
 from plygrad.codegen.linearize import linearize
 from plygrad.codegen.opts import apply_opts, kernel_name
@@ -96,6 +99,14 @@ def _optimize(state: Lowering) -> Lowering:
     return replace(state, kernel=kernel, applied=(*already, *opts))
 
 
+def _gpu_dims(state: Lowering) -> Lowering:
+    return replace(state, kernel=graph_rewrite(state.kernel, gpu_dims, ctx=state.target))
+
+
+def _group_reduce(state: Lowering) -> Lowering:
+    return replace(state, kernel=group_reduce(state.kernel))
+
+
 def _expand_upcast(state: Lowering) -> Lowering:
     return replace(state, kernel=graph_rewrite(state.kernel, expand_upcast, ctx=state.target))
 
@@ -127,7 +138,9 @@ PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("simplify", _simplify),
     ("unshare_ranges", _unshare_ranges),
     ("optimize", _optimize),
+    ("gpu_dims", _gpu_dims),
     ("expand_upcast", _expand_upcast),
+    ("group_reduce", _group_reduce),
     ("lower_reduce", _lower_reduce),
     ("simplify_lowered", _simplify),
     ("linearize", _linearize),
@@ -196,7 +209,8 @@ def estimate(linear: list[UOp]) -> tuple[int, int]:
             if isinstance(ptr, PtrDType) and node.src[0].src[0].op is Ops.PARAM:
                 value = node if node.op is Ops.LOAD else node.src[1]  # a vector moves all of its lanes
                 mem += ptr.base.itemsize * value.dtype.count * trips[-1]
-        elif node.op not in (Ops.IF, Ops.ENDIF, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP) \
+        elif node.op not in (Ops.IF, Ops.ENDIF, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.BARRIER,
+                             Ops.DEFINE_LOCAL) \
                 and not _index_math(node):
             ops += trips[-1] * node.dtype.count  # a vector op is one operation per lane
     return ops, mem

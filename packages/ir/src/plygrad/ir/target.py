@@ -103,6 +103,19 @@ class Target:
                 return widths
         return ()
 
+    @staticmethod
+    def cuda(arch: str = "sm_90", device: str = "NV") -> Target:
+        """The target of an NVIDIA GPU of compute capability `arch` (`sm_80`, `sm_90`, ...): the `cuda` renderer,
+        workgroups of up to 1024 threads, 48 KiB of static shared memory per block (what every arch since sm_30
+        gives without opting in), scalar code (no vector widths yet), every dtype. Built here, in plygrad-ir, so a
+        backend that depends only on plygrad-ir and plygrad-runtime can make it (docs/codegen.md §5)."""
+        if not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()):
+            raise ValueError(f"Target.cuda: arch must be an NVIDIA compute capability like 'sm_80' or 'sm_90a', "
+                             f"got {arch!r}")
+        return Target(device, "cuda", arch=arch, has_local=True, has_shared=True, global_max=(2**31 - 1, 65535, 65535),
+                      local_max=(1024, 1024, 64), max_threads_per_group=1024, shared_max=48 * 1024, vector_widths=(),
+                      threads=1)
+
     def to_bytes(self) -> bytes:
         """This target serialized (the same header and value encoding as graphs)."""
         from plygrad.ir.serialize import serialize_target

@@ -16,8 +16,9 @@ __all__ = ["KernelSource", "Renderer", "get_renderer", "known_renderers"]
 
 def _builtin() -> dict[str, type[Renderer]]:
     from plygrad.codegen.renderer.c import CRenderer
+    from plygrad.codegen.renderer.cuda import CudaRenderer
 
-    return {CRenderer.name: CRenderer}
+    return {CRenderer.name: CRenderer, CudaRenderer.name: CudaRenderer}
 
 
 def _scan() -> tuple[dict[str, type[Renderer]], list[str]]:

@@ -52,21 +52,23 @@ _C_RESERVED: Final = frozenset({
 _REJECTED_AXES: Final = {AxisType.LOCAL: "LOCAL", AxisType.GROUP_REDUCE: "GROUP_REDUCE"}
 
 
-def _wide_unsigned(dtype: DType) -> str:
-    return "uint64_t" if dtype.itemsize == 8 else "uint32_t"
-
-
 class CRenderer(Renderer):
     """Renders a linearized kernel as one C function; see the module docstring."""
 
     name = "c"
 
     def render(self, kernel: KernelSource) -> str:
-        return _CFunction(kernel).source()
+        return CFunction(kernel).source()
 
 
-class _CFunction:
-    """The state of rendering one function: the names given to values and the helpers it used."""
+class CFunction:
+    """The state of rendering one function: the names given to values and the helpers it used.
+
+    The C-family renderers share it: the CUDA renderer (cuda.py) subclasses it and overrides the spelling hooks
+    (`ctype`, `literal`, `float_arith`, `math_call`, `mad`, `helper_source`, `bitcast`) and the function frame, so
+    every ALU rule of docs/ir.md §5 (wrapping, division and shift guards, float -> int casts) is written once."""
+
+    reserved: frozenset[str] = _C_RESERVED
 
     def __init__(self, kernel: KernelSource) -> None:
         self.kernel = kernel
@@ -83,7 +85,7 @@ class _CFunction:
             self.statement(node)
         params = [self.param_decl(p.index, p.dtype, p.writable) for p in self.kernel.params]
         params += [f"long long {self.variable_name(v)}" for v in self.kernel.variables]
-        helpers = "".join(HELPERS[h] for h in sorted(self.helpers))
+        helpers = "".join(self.helper_source(h) for h in sorted(self.helpers))
         helpers += "".join(vector_typedefs(d) for d in sorted(self.vectors, key=lambda d: (d.itemsize, str(d))))
         signature = f"void {self.kernel.name}({', '.join(params) or 'void'})"
         return f"{PREAMBLE}{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
@@ -91,7 +93,7 @@ class _CFunction:
     def variable_name(self, var: UOp) -> str:
         """The variable's own name (the contract names the parameter by it), if C can use it without a clash."""
         name = str(var.arg[0])
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _C_RESERVED or _TAKEN.fullmatch(name):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in self.reserved or _TAKEN.fullmatch(name):
             raise CodegenError(f"kernel {self.kernel.name}: variable {name!r} cannot name a C parameter (not an "
                                "identifier, a C keyword or type, or one of the renderer's own names data<N>, "
                                "ridx<N>, v<N>, acc<N>, plygrad_*); rename the variable")
@@ -100,6 +102,34 @@ class _CFunction:
     def param_decl(self, index: int, dtype: DType, writable: bool) -> str:
         const = "" if writable else "const "
         return f"{const}{self.storage_type(dtype)}* restrict data{index}"
+
+    # ---- spelling hooks (overridden by the CUDA renderer) ---------------------------------------------------------
+    def ctype(self, dtype: DType) -> str:
+        """The type of a scalar local of `dtype`."""
+        return c_local(dtype)
+
+    def unsigned_for(self, dtype: DType) -> str:
+        """The unsigned type wrapping arithmetic of `dtype` goes through (32 bits at least: C promotes to int)."""
+        return self.ctype(dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32)
+
+    def literal(self, dtype: DType, value: object) -> str:
+        return literal(dtype, value)
+
+    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
+        """ADD/SUB/MUL/FDIV of two float values of `dtype` (the float local's type), one IEEE operation."""
+        return f"({a} {_INFIX[op]} {b})"
+
+    def mad(self, a: str, b: str, c: str) -> str:
+        """a * b + c as two IEEE operations (never fused)."""
+        return f"({a} * {b} + {c})"
+
+    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
+        """The math library call computing `op` (SQRT EXP2 LOG2 SIN TRUNC POW) on float locals of `dtype`."""
+        name = _MATH[op] if dtype is dtypes.float64 else f"{_MATH[op]}f"
+        return f"{name}({', '.join(args)})"
+
+    def helper_source(self, name: str) -> str:
+        return HELPERS[name]
 
     def storage_type(self, dtype: DType) -> str:
         """`c_storage(dtype)`, noting the helper that defines it or converts to it (float16, bfloat16)."""
@@ -117,7 +147,7 @@ class _CFunction:
             name = vector_type(dtype)
             self.vectors.add(dtype)
             return name
-        return c_local(dtype)
+        return self.ctype(dtype)
 
     def emit(self, line: str) -> None:
         self.lines.append("  " * self.indent + line)
@@ -189,7 +219,7 @@ class _CFunction:
         if node in self.names:
             return self.names[node]
         if node.op is Ops.CONST:
-            return literal(node.dtype, node.arg)
+            return self.literal(node.dtype, node.arg)
         if node.op is Ops.RANGE:
             return f"ridx{node.arg[0]}"
         if node.op is Ops.DEFINE_VAR:
@@ -250,7 +280,7 @@ class _CFunction:
             return self.ref(index)
         value = self.from_storage(node.dtype, self.address(index))
         if len(index.src) == 3:  # a gated load reads 0 where the gate is false (and never touches memory there)
-            return f"({self.ref(index.src[2])} ? {value} : {literal(node.dtype, _zero(node.dtype))})"
+            return f"({self.ref(index.src[2])} ? {value} : {self.literal(node.dtype, _zero(node.dtype))})"
         return value
 
     def cast(self, x: UOp, dtype: DType) -> str:
@@ -260,11 +290,11 @@ class _CFunction:
         if dtype.kind is DTypeKind.FLOAT:
             if dtype is dtypes.float16:  # rounded once from the source type (float64, int64), not via float
                 return self.rounded(dtype, src)
-            return self.rounded(dtype, f"({c_local(dtype)})({src})")
+            return self.rounded(dtype, f"({self.ctype(dtype)})({src})")
         if x.dtype.kind is DTypeKind.FLOAT:  # truncate toward zero, then wrap to the width; NaN/inf give 0
             self.helpers.add("f2i")
-            return f"(({c_local(dtype)})plygrad_f2i((double)({src})))"
-        return f"(({c_local(dtype)})({src}))"
+            return f"(({self.ctype(dtype)})plygrad_f2i((double)({src})))"
+        return f"(({self.ctype(dtype)})({src}))"
 
     def bitcast(self, x: UOp, dtype: DType) -> str:
         source_type, dest_type = self.storage_type(x.dtype), self.storage_type(dtype)
@@ -280,29 +310,24 @@ def _zero(dtype: DType) -> bool | int | float:
 
 
 # ---- ALU ops: each renders (renderer, node, operand expressions) -> C expression ---------------------------------
-def _float_fn(node: UOp, name: str) -> str:
-    """math.h's double function for float64, its `f` version for float32 and the float-computed 16-bit floats."""
-    return name if node.dtype is dtypes.float64 else f"{name}f"
-
-
-def _infix(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _infix(r: CFunction, node: UOp, a: list[str]) -> str:
     op, dtype = node.op, node.src[0].dtype
     sym = _INFIX[op]
     if dtype is dtypes.bool and op in (Ops.ADD, Ops.MUL):
         sym = "|" if op is Ops.ADD else "&"
     expr = f"({a[0]} {sym} {a[1]})"
     if op in (Ops.IDIV, Ops.MOD):
-        return _division(node, a)
+        return _division(r, node, a)
     if op in (Ops.SHL, Ops.SHR) and dtype is not dtypes.index:
-        return _shift(node, a, sym)
+        return _shift(r, node, a, sym)
     if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) or dtype is dtypes.index or dtype is dtypes.bool:
         return expr
     if dtype.kind is DTypeKind.FLOAT:
-        return r.rounded(dtype, expr)
+        return r.rounded(dtype, r.float_arith(op, dtype, a[0], a[1]))
     if op in _WRAPPING:
-        wide = _wide_unsigned(dtype)
-        return f"(({c_local(dtype)})(({wide}){a[0]} {sym} ({wide}){a[1]}))"
-    return f"(({c_local(dtype)}){expr})"
+        wide = r.unsigned_for(dtype)
+        return f"(({r.ctype(dtype)})(({wide}){a[0]} {sym} ({wide}){a[1]}))"
+    return f"(({r.ctype(dtype)}){expr})"
 
 
 def _can_be(x: UOp, value: int) -> bool:
@@ -313,30 +338,30 @@ def _can_be(x: UOp, value: int) -> bool:
         return True
 
 
-def _division(node: UOp, a: list[str]) -> str:
+def _division(r: CFunction, node: UOp, a: list[str]) -> str:
     """IDIV/MOD on integers: C's `/` and `%`, with the cases C traps on defined (x / 0 = x % 0 = 0, MIN / -1 =
     MIN and MIN % -1 = 0, both wrapped) and guarded only where the divisor's bounds allow them."""
     dtype, divisor = node.dtype, node.src[1]
     expr = f"({a[0]} {_INFIX[node.op]} {a[1]})"
     if dtype is not dtypes.index:
-        expr = f"(({c_local(dtype)}){expr})"
+        expr = f"(({r.ctype(dtype)}){expr})"
         # MIN / -1 overflows (x86 traps); only int32/int64 can hit it, narrower types divide as promoted ints
         if dtype.kind is DTypeKind.SIGNED and dtype.itemsize >= 4 and _can_be(divisor, -1):
-            wide = _wide_unsigned(dtype)
-            wrapped = f"(({c_local(dtype)})(0 - ({wide}){a[0]}))" if node.op is Ops.IDIV else "0"
+            wide = r.unsigned_for(dtype)
+            wrapped = f"(({r.ctype(dtype)})(0 - ({wide}){a[0]}))" if node.op is Ops.IDIV else "0"
             expr = f"({a[1]} == -1 ? {wrapped} : {expr})"
     if _can_be(divisor, 0):
         expr = f"({a[1]} == 0 ? 0 : {expr})"
     return expr
 
 
-def _shift(node: UOp, a: list[str], sym: str) -> str:
+def _shift(r: CFunction, node: UOp, a: list[str], sym: str) -> str:
     """SHL/SHR at the dtype's width; an amount outside [0, width) (undefined in C) shifts every bit out: 0, or -1
     for SHR of a negative signed value. SHL goes through the unsigned type, as signed overflow is undefined."""
     dtype, amount = node.dtype, node.src[1]
-    local = c_local(dtype)
+    local = r.ctype(dtype)
     if node.op is Ops.SHL:
-        wide = _wide_unsigned(dtype)
+        wide = r.unsigned_for(dtype)
         shifted = f"(({local})(({wide}){a[0]} << ({wide}){a[1]}))"
     else:
         shifted = f"(({local})({a[0]} >> {a[1]}))"
@@ -349,33 +374,33 @@ def _shift(node: UOp, a: list[str], sym: str) -> str:
         return shifted
     out = f"({a[0]} < 0 ? ({local})-1 : ({local})0)" if node.op is Ops.SHR and dtype.kind is DTypeKind.SIGNED \
         else f"(({local})0)"
-    return f"((uint64_t)({a[1]}) < {bits}u ? {shifted} : {out})"
+    return f"(({r.ctype(dtypes.uint64)})({a[1]}) < {bits}u ? {shifted} : {out})"
 
 
-def _neg(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _neg(r: CFunction, node: UOp, a: list[str]) -> str:
     dtype = node.dtype
     if dtype.kind is DTypeKind.FLOAT or dtype is dtypes.index:
         return f"(-{a[0]})"
-    wide = _wide_unsigned(dtype)
-    return f"(({c_local(dtype)})(-({wide}){a[0]}))"
+    wide = r.unsigned_for(dtype)
+    return f"(({r.ctype(dtype)})(-({wide}){a[0]}))"
 
 
-def _unary_math(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _unary_math(r: CFunction, node: UOp, a: list[str]) -> str:
     if node.op is Ops.TRUNC and node.dtype.kind is not DTypeKind.FLOAT:
         return a[0]
-    return r.rounded(node.dtype, f"{_float_fn(node, _MATH[node.op])}({a[0]})")
+    return r.rounded(node.dtype, r.math_call(node.op, node.dtype, a))
 
 
-def _reciprocal(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _reciprocal(r: CFunction, node: UOp, a: list[str]) -> str:
     one = "1.0" if node.dtype is dtypes.float64 else "1.0f"
-    return r.rounded(node.dtype, f"({one} / {a[0]})")
+    return r.rounded(node.dtype, r.float_arith(Ops.FDIV, node.dtype, one, a[0]))
 
 
-def _pow(r: _CFunction, node: UOp, a: list[str]) -> str:
-    return r.rounded(node.dtype, f"{_float_fn(node, 'pow')}({a[0]}, {a[1]})")
+def _pow(r: CFunction, node: UOp, a: list[str]) -> str:
+    return r.rounded(node.dtype, r.math_call(Ops.POW, node.dtype, a))
 
 
-def _max(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _max(r: CFunction, node: UOp, a: list[str]) -> str:
     dtype = node.dtype
     if dtype is dtypes.bool:
         return f"({a[0]} | {a[1]})"
@@ -387,31 +412,31 @@ def _max(r: _CFunction, node: UOp, a: list[str]) -> str:
     return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
 
 
-def _where(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _where(r: CFunction, node: UOp, a: list[str]) -> str:
     return f"({a[0]} ? {a[1]} : {a[2]})"
 
 
-def _mulacc(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _mulacc(r: CFunction, node: UOp, a: list[str]) -> str:
     dtype = node.dtype
     if dtype is dtypes.float64:
-        return f"({a[0]} * {a[1]} + {a[2]})"
-    exact = f"((double){a[0]} * (double){a[1]} + (double){a[2]})"  # the product of two floats is exact in double
+        return r.mad(a[0], a[1], a[2])
+    exact = r.mad(f"(double){a[0]}", f"(double){a[1]}", f"(double){a[2]}")  # a float product is exact in double
     if dtype is dtypes.float16:  # rounded once from double
         return r.rounded(dtype, exact)
     if dtype.kind is DTypeKind.FLOAT:
         return r.rounded(dtype, f"(float){exact}")
     if dtype is dtypes.index:
         return f"({a[0]} * {a[1]} + {a[2]})"
-    wide = _wide_unsigned(dtype)
-    return f"(({c_local(dtype)})(({wide}){a[0]} * ({wide}){a[1]} + ({wide}){a[2]}))"
+    wide = r.unsigned_for(dtype)
+    return f"(({r.ctype(dtype)})(({wide}){a[0]} * ({wide}){a[1]} + ({wide}){a[2]}))"
 
 
-def _threefry(r: _CFunction, node: UOp, a: list[str]) -> str:
+def _threefry(r: CFunction, node: UOp, a: list[str]) -> str:
     r.helpers.add("threefry")
     return f"plygrad_threefry2x32({a[0]}, {a[1]})"
 
 
-_ALU: Final[dict[Ops, Callable[[_CFunction, UOp, list[str]], str]]] = {
+_ALU: Final[dict[Ops, Callable[[CFunction, UOp, list[str]], str]]] = {
     **{op: _infix for op in _INFIX},
     Ops.NEG: _neg, Ops.RECIPROCAL: _reciprocal, Ops.POW: _pow, Ops.MAX: _max, Ops.WHERE: _where,
     Ops.MULACC: _mulacc, Ops.THREEFRY: _threefry,

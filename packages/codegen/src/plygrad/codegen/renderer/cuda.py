@@ -1,0 +1,344 @@
+"""The CUDA renderer: one self-contained `extern "C" __global__` kernel per program (docs/codegen.md §5).
+
+It shares the C renderer's statement and ALU rules (`CFunction`: wrapping integer arithmetic, the division, shift
+and float -> int guards of docs/ir.md §5, float16/bfloat16 computed in float and rounded after every op) and
+changes only the spelling and the frame:
+
+- launch ranges are not loops: GLOBAL ranges are block indices, LOCAL and GROUP_REDUCE ranges thread indices
+  (`LaunchPlan`); more than three of a kind share a dimension (an index is then `blockIdx.x / stride % size`);
+- float ADD/SUB/MUL/FDIV are the `__f*_rn`/`__d*_rn` intrinsics, which the compiler never contracts into an FMA
+  whatever the flags (`-fmad=true` is nvcc's and NVRTC's default), and are correctly rounded even under
+  `--use_fast_math`;
+- workgroup reductions (gpu.py) use static `__shared__` arrays and `__syncthreads()`; a serial loop around a
+  barrier ends each iteration with another one, and a global store outside the GROUP_REDUCE block is made by the
+  thread with group index 0 only (all of them hold the same value);
+- no headers: built-in C++ types, 16-bit floats as `unsigned short` bits (cuda_types.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.renderer.base import KernelSource, Renderer
+from plygrad.codegen.renderer.c import CFunction
+from plygrad.codegen.renderer.cuda_types import HELPERS, cuda_literal, cuda_local, cuda_storage
+from plygrad.codegen.vectorize import lane_stride
+from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, Target, UOp, dtypes
+
+_RN: Final[dict[Ops, str]] = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.FDIV: "div"}
+_THREAD_AXES: Final = frozenset({AxisType.LOCAL, AxisType.GROUP_REDUCE})
+_LAUNCH_AXES: Final = _THREAD_AXES | {AxisType.GLOBAL}
+_CUDA_RESERVED: Final = frozenset({
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "bool", "true", "false", "class", "new", "delete",
+    "this", "template", "typename", "namespace", "operator", "private", "public", "protected", "virtual", "friend",
+    "using", "try", "catch", "throw", "explicit", "mutable", "export", "nullptr", "decltype", "constexpr", "asm",
+    "and", "or", "not", "xor", "fmod", "isnan", "isinf", "max", "min", "half", "float2", "float4", "dim3", "uint3",
+})
+_CUDA_TAKEN: Final = re.compile(r"smem[0-9]+")
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How a kernel's launch ranges map to CUDA's indices, and the launch sizes that follow.
+
+    `index[r]` is the C++ expression of range `r`'s value in a thread; `guard[r]` the size a GROUP_REDUCE range
+    smaller than its thread dimension must test; `group_index` the expression of the GROUP_REDUCE dimension (None
+    when the kernel has no workgroup reduction)."""
+
+    global_size: tuple[int, int, int]
+    local_size: tuple[int, int, int]
+    index: dict[UOp, str] = field(default_factory=dict)
+    guard: dict[UOp, int] = field(default_factory=dict)
+    group_index: str | None = None
+
+    @property
+    def threads(self) -> int:
+        return self.local_size[0] * self.local_size[1] * self.local_size[2]
+
+
+def _pack(items: list[tuple[tuple[UOp, ...], int]], maxes: tuple[int, int, int], what: str,
+          name: str) -> list[list[tuple[tuple[UOp, ...], int, int]]]:
+    """Items (ranges sharing one index, size), innermost first, into at most three dimensions within `maxes`: one
+    dimension each when they fit, else consecutive items multiplied into one. Each dimension lists
+    (ranges, size, stride)."""
+    if len(items) <= 3 and all(size <= maxes[d] for d, (_, size) in enumerate(items)):
+        return [[(rs, size, 1)] for rs, size in items]
+    dims: list[list[tuple[tuple[UOp, ...], int, int]]] = [[]]
+    product = 1
+    for rs, size in items:
+        if dims[-1] and product * size > maxes[len(dims) - 1]:
+            if len(dims) == 3:
+                break
+            dims.append([])
+            product = 1
+        if size > maxes[len(dims) - 1]:
+            break
+        dims[-1].append((rs, size, product))
+        product *= size
+    else:
+        return dims
+    sizes = [size for _, size in items]
+    raise CodegenError(f"kernel {name}: {what} of sizes {sizes} (innermost first) do not fit three dimensions of at "
+                       f"most {maxes}; split the axes differently")
+
+
+def launch_plan(kernel: KernelSource, target: Target) -> LaunchPlan:
+    """The launch of `kernel`: GLOBAL ranges are blocks, LOCAL ranges threads, every GROUP_REDUCE range the one
+    thread dimension after the LOCAL ones (sized by the largest; smaller ones guard). The range with the smallest
+    stride in the stored indices comes first, so it is `x`: neighbouring threads store neighbouring elements."""
+    ranges = list(dict.fromkeys(n for n in kernel.linear if n.op is Ops.RANGE and n.arg[1] in _LAUNCH_AXES))
+    for r in ranges:
+        if r.src[0].op is not Ops.CONST:
+            raise CodegenError(f"kernel {kernel.name}: {r.arg[1].name} axis {r.arg[0]} has a symbolic size; a "
+                               "launch size must be a number (gpu_dims keeps such an axis a loop)")
+
+    stored = [n.src[0].src[1] for n in kernel.linear if n.op is Ops.STORE and n.src[0].src[0].op is Ops.PARAM]
+
+    def innermost_first(r: UOp) -> tuple[float, int]:
+        """The smallest stride the range has in a stored index (neighbouring threads, neighbouring elements)."""
+        strides = [abs(s) for s in (lane_stride(index, r) for index in stored) if s]
+        return (min(strides, default=math.inf), -int(r.arg[0]))
+
+    def by_axis(axis_type: AxisType) -> list[UOp]:
+        return sorted((r for r in ranges if r.arg[1] is axis_type), key=innermost_first)
+
+    blocks: list[tuple[tuple[UOp, ...], int]] = [((r,), int(r.src[0].arg)) for r in by_axis(AxisType.GLOBAL)]
+    threads: list[tuple[tuple[UOp, ...], int]] = [((r,), int(r.src[0].arg)) for r in by_axis(AxisType.LOCAL)]
+    groups = by_axis(AxisType.GROUP_REDUCE)
+    group_size = max((int(g.src[0].arg) for g in groups), default=0)
+    if groups:
+        threads.append((tuple(groups), group_size))
+    index: dict[UOp, str] = {}
+    group_index: str | None = None
+    sizes: list[tuple[int, int, int]] = []
+    for items, maxes, ids, what in ((blocks, target.global_max, "blockIdx", "GLOBAL axes"),
+                                    (threads, target.local_max, "threadIdx", "LOCAL/GROUP axes")):
+        totals = [1, 1, 1]
+        for d, members in enumerate(_pack(items, maxes, what, kernel.name)):
+            totals[d] = math.prod(size for _, size, _ in members)
+            for rs, size, stride in members:
+                expr = f"(long long){ids}.{'xyz'[d]}"
+                if stride > 1:
+                    expr = f"({expr} / {stride})"
+                if stride * size < totals[d]:
+                    expr = f"({expr} % {size})"
+                index.update((r, expr) for r in rs)
+                if rs[0].arg[1] is AxisType.GROUP_REDUCE:
+                    group_index = expr
+        sizes.append((totals[0], totals[1], totals[2]))
+    guard = {g: int(g.src[0].arg) for g in groups if int(g.src[0].arg) < group_size}
+    plan = LaunchPlan(sizes[0], sizes[1], index, guard, group_index)
+    if plan.threads > target.max_threads_per_group:
+        raise CodegenError(f"kernel {kernel.name}: a workgroup of {plan.local_size} = {plan.threads} threads exceeds "
+                           f"the target's max_threads_per_group {target.max_threads_per_group}; use smaller "
+                           "LOCAL/GROUP amounts")
+    return plan
+
+
+class CudaRenderer(Renderer):
+    """Renders a linearized kernel as one CUDA kernel; see the module docstring and docs/codegen.md §5."""
+
+    name = "cuda"
+
+    def render(self, kernel: KernelSource) -> str:
+        return CudaFunction(kernel, self.target).source()
+
+    def launch_dims(self, kernel: KernelSource) -> tuple[tuple[int, int, int], tuple[int, int, int] | None]:
+        """(blocks per grid, threads per block): `global_size` counts blocks, as CUDA's gridDim does."""
+        plan = launch_plan(kernel, self.target)
+        return plan.global_size, plan.local_size
+
+
+class CudaFunction(CFunction):
+    """The C renderer's function state with CUDA's spelling, launch indices and shared memory."""
+
+    reserved = CFunction.reserved | _CUDA_RESERVED
+
+    def __init__(self, kernel: KernelSource, target: Target) -> None:
+        super().__init__(kernel)
+        self.target = target
+        self.plan = launch_plan(kernel, target)
+        self.closers: list[tuple[UOp, str, bool]] = []  # per open range: its closing text, whether a GROUP block
+        self.group_depth = 0
+        self.shared_bytes = 0
+        self.barrier_loops = _loops_around_barriers(kernel.linear, self.plan)
+
+    # ---- the function ------------------------------------------------------------------------------------------
+    def source(self) -> str:
+        for node in self.kernel.linear:
+            self.statement(node)
+        if self.shared_bytes > self.target.shared_max:
+            raise CodegenError(f"kernel {self.kernel.name}: its workgroup reductions need {self.shared_bytes} bytes "
+                               f"of shared memory, the target has {self.target.shared_max} (Target.shared_max); "
+                               "use smaller GROUP amounts")
+        params = [self.param_decl(p.index, p.dtype, p.writable) for p in self.kernel.params]
+        params += [f"long long {self.variable_name(v)}" for v in self.kernel.variables]
+        helpers = "".join(self.helper_source(h) for h in sorted(self.helpers))
+        signature = (f'extern "C" __global__ void __launch_bounds__({self.plan.threads}) '
+                     f"{self.kernel.name}({', '.join(params)})")
+        return f"{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
+
+    def variable_name(self, var: UOp) -> str:
+        name = str(var.arg[0])
+        if _CUDA_TAKEN.fullmatch(name):
+            raise CodegenError(f"kernel {self.kernel.name}: variable {name!r} cannot name a CUDA parameter (smem<N> "
+                               "names the renderer's shared arrays); rename the variable")
+        return super().variable_name(var)
+
+    def param_decl(self, index: int, dtype: DType, writable: bool) -> str:
+        const = "" if writable else "const "
+        return f"{const}{self.storage_type(dtype)}* __restrict__ data{index}"
+
+    # ---- spelling hooks ----------------------------------------------------------------------------------------
+    def ctype(self, dtype: DType) -> str:
+        return cuda_local(dtype)
+
+    def storage_type(self, dtype: DType) -> str:
+        self.uses(dtype)
+        return cuda_storage(dtype)
+
+    def local_type(self, dtype: DType) -> str:
+        return cuda_local(dtype)  # raises for vectors: the cuda renderer renders scalar code
+
+    def literal(self, dtype: DType, value: object) -> str:
+        return cuda_literal(dtype, value)
+
+    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
+        prefix = "__d" if dtype is dtypes.float64 else "__f"
+        return f"{prefix}{_RN[op]}_rn({a}, {b})"
+
+    def mad(self, a: str, b: str, c: str) -> str:
+        return f"__dadd_rn(__dmul_rn({a}, {b}), {c})"
+
+    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
+        if op is Ops.SQRT and dtype is not dtypes.float64:
+            return f"__fsqrt_rn({args[0]})"  # correctly rounded whatever -prec-sqrt says
+        return super().math_call(op, dtype, args)  # sqrt(double) is always correctly rounded
+
+    def helper_source(self, name: str) -> str:
+        return HELPERS[name]
+
+    # ---- statements --------------------------------------------------------------------------------------------
+    def statement(self, node: UOp) -> None:
+        op = node.op
+        if op is Ops.RANGE:
+            self.open_range(node)
+        elif op is Ops.END:
+            self.close_range(node.src[0])
+        elif op is Ops.BARRIER:
+            self.emit("__syncthreads();")
+        elif op is Ops.DEFINE_LOCAL:
+            ptr = node.dtype
+            assert isinstance(ptr, PtrDType)
+            self.shared_bytes += ptr.size * _local_bytes(ptr.base)
+            self.emit(f"__shared__ {self.ctype(ptr.base)} smem{node.arg}[{ptr.size}];")
+        else:
+            super().statement(node)
+
+    def open_range(self, node: UOp) -> None:
+        axis, axis_type = node.arg
+        var = self.ref(node)
+        if node in self.plan.index:
+            self.emit("{")
+            self.indent += 1
+            self.emit(f"long long {var} = {self.plan.index[node]};")
+            closer = "}"
+            if node in self.plan.guard:  # a GROUP_REDUCE range smaller than the group dimension
+                self.emit(f"if ({var} < {self.plan.guard[node]}) {{")
+                self.indent += 1
+                closer = "}}"
+            group = axis_type is AxisType.GROUP_REDUCE
+            self.group_depth += int(group)
+            self.closers.append((node, closer, group))
+            return
+        if axis_type in _LAUNCH_AXES or axis_type is AxisType.THREAD:
+            raise CodegenError(f"kernel {self.kernel.name}: RANGE axis {axis} is {axis_type.name}, which the cuda "
+                               "renderer cannot place (THREAD is for CPU targets)")
+        self.emit(f"for (long long {var} = 0; {var} < {self.ref(node.src[0])}; {var}++) {{")
+        self.indent += 1
+        self.closers.append((node, "}", False))
+
+    def close_range(self, node: UOp) -> None:
+        opened, closer, group = self.closers.pop()
+        assert opened is node, "linearized ranges must nest"
+        if node in self.barrier_loops:  # the next iteration's writes wait for every thread's reads of this one
+            self.emit("__syncthreads();")
+        for _ in closer:
+            self.indent -= 1
+            self.emit("}")
+        self.group_depth -= int(group)
+
+    def store(self, node: UOp) -> None:
+        index, value = node.src[0], node.src[1]
+        buf = index.src[0]
+        if buf.op is Ops.DEFINE_LOCAL:
+            self.emit(f"smem{buf.arg}[{self.ref(index.src[1])}] = {self.ref(value)};")
+            return
+        if buf.op is Ops.PARAM and self.plan.group_index is not None and self.group_depth == 0:
+            ptr = index.dtype
+            assert isinstance(ptr, PtrDType)
+            self.emit(f"if ({self.plan.group_index} == 0) "
+                      f"{self.address(index)} = {self.to_storage(ptr.base, self.ref(value))};")
+            return
+        super().store(node)
+
+    def load(self, node: UOp) -> str:
+        index = node.src[0]
+        if index.src[0].op is Ops.DEFINE_LOCAL:
+            return f"smem{index.src[0].arg}[{self.ref(index.src[1])}]"
+        return super().load(node)
+
+    def bitcast(self, x: UOp, dtype: DType) -> str:
+        """Through the bits: the source's storage value as an unsigned integer of its width, then the destination's
+        storage type from those bits (CUDA's `__float_as_uint` family; no unions or memcpy)."""
+        if x.dtype.itemsize != dtype.itemsize:
+            raise CodegenError(f"kernel {self.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
+        stored = self.to_storage(x.dtype, self.ref(x))
+        bits = _to_bits(x.dtype, stored)
+        return self.from_storage(dtype, _from_bits(dtype, bits))
+
+
+def _local_bytes(dtype: DType) -> int:
+    return 4 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype.itemsize  # 16-bit floats are float locals
+
+
+def _unsigned_of(itemsize: int) -> str:
+    return {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}[itemsize]
+
+
+def _to_bits(dtype: DType, stored: str) -> str:
+    if dtype is dtypes.float32:
+        return f"__float_as_uint({stored})"
+    if dtype is dtypes.float64:
+        return f"((unsigned long long)__double_as_longlong({stored}))"
+    return f"(({_unsigned_of(dtype.itemsize)})({stored}))"  # integers and the 16-bit floats' storage bits
+
+
+def _from_bits(dtype: DType, bits: str) -> str:
+    if dtype is dtypes.float32:
+        return f"__uint_as_float({bits})"
+    if dtype is dtypes.float64:
+        return f"__longlong_as_double((long long)({bits}))"
+    if dtype is dtypes.bool:
+        return f"({bits} != 0)"
+    if dtype.kind is DTypeKind.FLOAT:
+        return bits  # float16/bfloat16 storage is the bits themselves
+    return f"(({cuda_local(dtype)})({bits}))"
+
+
+def _loops_around_barriers(linear: tuple[UOp, ...], plan: LaunchPlan) -> set[UOp]:
+    """The serial loops (not launch ranges) with a BARRIER in their body."""
+    open_loops: list[UOp] = []
+    found: set[UOp] = set()
+    for node in linear:
+        if node.op is Ops.RANGE:
+            open_loops.append(node)
+        elif node.op is Ops.END:
+            open_loops.pop()
+        elif node.op is Ops.BARRIER:
+            found.update(r for r in open_loops if r not in plan.index)
+    return found
