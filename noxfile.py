@@ -6,6 +6,8 @@
   `packages/<folder>/tests` from a folder where the source tree is not importable. This is DESIGN.md §6's "each
   package installs alone with only its declared dependencies and its own tests pass in that environment".
 - `integration`: every package installed together; runs `tests/` (cross-package tests, the import rule).
+- `gpu-check`: `integration` with PLYGRAD_GPU_CHECK=1: every kernel the tests run is also compiled to sm_80/sm_90
+  cubins and run through the CUDA emulation (tests/gpu_check.py). The default set runs it in place of `integration`.
 - `typecheck`: `mypy --strict` over every `packages/*/src`.
 - `lint`: `ruff check .`.
 - `slow` (not in the default set): the tests marked `slow`, across every package.
@@ -127,20 +129,20 @@ def _check_only_installed(session: nox.Session, expected: set[str]) -> None:
 
 
 def _pytest(session: nox.Session, paths: Iterable[Path], marker: str, *, label: str = "",
-            success_codes: Iterable[int] = (0,)) -> None:
+            success_codes: Iterable[int] = (0,), env: Mapping[str, str] | None = None) -> None:
     """Run pytest on `paths` from the session's temp folder, with the root config and the installed-package check.
 
     Running outside the repository keeps the working tree off `sys.path` (with `--import-mode=importlib` pytest adds
     nothing either); `-p installed_plygrad` (tests/installed_plygrad.py) then fails the run if a `plygrad` module was
     imported from anywhere but the session's site-packages. pytest exits 5 when it collects no test, which nox
     counts as a failure: a package whose tests vanished fails CI. `label` tells apart the junit files of several
-    runs in one session.
+    runs in one session; `env` adds environment variables.
     """
     args = ["pytest", "-c", str(PYPROJECT), "--rootdir", str(ROOT), "-p", "installed_plygrad", "-m", marker]
     if junit_dir := os.environ.get("PLYGRAD_JUNIT_DIR"):
         args.append(f"--junitxml={Path(junit_dir).resolve() / session.name}{label}.xml")
     with session.chdir(session.create_tmp()):
-        session.run(*args, *map(str, paths), *session.posargs, env={"PYTHONPATH": str(ROOT / "tests")},
+        session.run(*args, *map(str, paths), *session.posargs, env={"PYTHONPATH": str(ROOT / "tests"), **(env or {})},
                     success_codes=list(success_codes))
 
 
@@ -167,12 +169,26 @@ def _register_tests_session(package: Package) -> str:
 TEST_SESSIONS = [_register_tests_session(package) for package in PACKAGES.values()]
 
 
-@nox.session(tags=["tests"])
+@nox.session
 def integration(session: nox.Session) -> None:
-    """Every package installed together (+ [test] extras), then the cross-package tests in tests/."""
+    """Every package installed together (+ [test] extras), then the cross-package tests in tests/ (CI runs them in
+    `gpu-check`)."""
     installed = _install_local(session, {name: {"test"} for name in PACKAGES}, PYTEST)
     _check_only_installed(session, installed)
     _pytest(session, [ROOT / "tests"], "not slow")
+
+
+@nox.session(name="gpu-check", tags=["tests"])
+def gpu_check(session: nox.Session) -> None:
+    """The integration tests with PLYGRAD_GPU_CHECK=1 (tests/gpu_check.py): every kernel they run on the CPU is also
+    lowered for sm_80 and sm_90, compiled to cubins by nvcc, and run on the CPU through the CUDA emulation header,
+    its results compared with the CPU backend's. Needs nvcc (CUDA 13.0 on the CI image) and g++; never skips.
+    It runs the whole integration suite, so CI's default set runs it instead of `integration`."""
+    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, PYTEST)
+    _check_only_installed(session, installed)
+    # the cubins and emulation libraries, cached by content in the session's temp folder (reused locally)
+    cache = str(Path(session.create_tmp()) / "cuda-emu-cache")
+    _pytest(session, [ROOT / "tests"], "not slow", env={"PLYGRAD_GPU_CHECK": "1", "CUDA_EMU_CACHE": cache})
 
 
 @nox.session
@@ -209,4 +225,5 @@ def slow(session: nox.Session) -> None:
         _pytest(session, [folder], "slow", label=label, success_codes=(0, 5))  # 5: nothing marked slow there yet
 
 
-nox.options.sessions = [*TEST_SESSIONS, "integration", "typecheck", "lint"]
+# `gpu-check` is the integration suite plus the CUDA checks: running `integration` as well would run it twice
+nox.options.sessions = [*TEST_SESSIONS, "gpu-check", "typecheck", "lint"]

@@ -1,17 +1,31 @@
 #!/usr/bin/env bash
-# System packages plygrad needs that pip cannot install: a C compiler for the CPU backend (plygrad-cpu compiles
-# every kernel with it, and the codegen tests compile the C they render). Does nothing when one is already there.
-# Runs as root on the project's machines (apt-get); elsewhere it says what to install instead.
+# System packages plygrad needs that pip cannot install:
+# - a C compiler for the CPU backend (plygrad-cpu compiles every kernel with it, and the codegen tests compile the C
+#   they render);
+# - a C++20 compiler (g++) for the tests that run rendered CUDA on the CPU (packages/codegen/tests/cuda_emu.h).
+# nvcc (the CUDA toolkit, for compiling every test kernel to a cubin) comes with the machine image: it is not a
+# Debian package we can install here, so its absence is only reported (those tests then fail, by design).
+# Does nothing when everything is there. Runs as root on the project's machines (apt-get); elsewhere it says what
+# to install instead.
 set -euo pipefail
 
-if command -v "${CC:-cc}" >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || command -v clang >/dev/null 2>&1; then
-    exit 0
+missing=()
+if ! command -v "${CC:-cc}" >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1 && ! command -v clang >/dev/null 2>&1; then
+    missing+=(gcc libc6-dev)
 fi
-if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "setup-system: no C compiler found, installing gcc with apt-get"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
-else
-    echo "setup-system: no C compiler found; install gcc or clang (the CPU backend needs one)" >&2
-    exit 1
+if ! command -v "${CXX:-g++}" >/dev/null 2>&1; then
+    missing+=(g++)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup-system: installing ${missing[*]} with apt-get"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        echo "setup-system: missing ${missing[*]}; install them (the CPU backend and the CUDA emulation tests need them)" >&2
+        exit 1
+    fi
+fi
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && ! ls /usr/local/cuda-*/bin/nvcc >/dev/null 2>&1; then
+    echo "setup-system: note: nvcc (CUDA toolkit) not found; the cubin compile checks will fail" >&2
 fi

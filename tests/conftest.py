@@ -1,4 +1,5 @@
-"""Make this folder's helper modules (`import_rule`) importable by the tests beside them.
+"""Make this folder's helper modules (`import_rule`) importable by the tests beside them; PLYGRAD_GPU_CHECK=1 adds
+the CUDA check of every kernel the tests run (gpu_check.py).
 
 pytest runs with `--import-mode=importlib`, which does not put test folders on `sys.path`; these helpers are plain
 modules, not a package, so the folder is added here once instead of in every test file.
@@ -7,6 +8,17 @@ modules, not a package, so the folder is added here once instead of in every tes
 import sys
 from pathlib import Path
 
+import pytest
+
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """PLYGRAD_GPU_CHECK=1 (the `gpu-check` nox session): also check every kernel the tests run as CUDA
+    (tests/gpu_check.py)."""
+    import gpu_check
+
+    if gpu_check.enabled():
+        config.pluginmanager.register(gpu_check.GpuCheck(), "gpu_check")

@@ -1,0 +1,62 @@
+"""The CUDA path checked without a GPU (tests/gpu_check.py): lowered for sm_80/sm_90, compiled to cubins by nvcc,
+run through the emulation header and compared with the CPU backend. Never skipped: a missing nvcc or g++ fails.
+
+Under PLYGRAD_GPU_CHECK=1 (nox session `gpu-check`) this test runs last and checks every kernel the session ran;
+otherwise it checks the kernels of a few ops that cover the GPU-shaped lowering (grouped reductions with shared
+memory and barriers, float16, scans, a matmul).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gpu_check import GpuCheck
+
+from plygrad.frontend import Tensor, dtypes
+
+
+def _run_a_few_ops() -> None:
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((33, 300)).astype(np.float32))
+    w = Tensor(rng.standard_normal((300, 20)).astype(np.float32))
+    (x @ w).relu().sum(1).numpy()
+    x.max(0).numpy()
+    x.sum().numpy()
+    (x.exp() / x.exp().sum(1, keepdim=True)).numpy()
+    x.cast(dtypes.float16).mean(1).numpy()
+    x.cumsum(1).numpy()
+    (x.cast(dtypes.int32) // 3).numpy()
+
+
+def test_kernels_run_as_cuda(request: pytest.FixtureRequest) -> None:
+    plugin = request.config.pluginmanager.get_plugin("gpu_check")
+    standalone = plugin is None
+    if plugin is None:
+        plugin = GpuCheck()
+        plugin.install()
+        try:
+            _run_a_few_ops()
+        finally:
+            plugin.uninstall()
+    report = plugin.check_recorded()
+    print(report.summary())
+    assert report.kernels > 0
+    assert not report.problems, f"{len(report.problems)} problem(s):\n" + "\n".join(report.problems)
+    assert report.emulated == report.kernels
+    if standalone:
+        assert report.cooperative > 0, "the ops here should include a reduction using shared memory and barriers"
+
+
+def test_the_comparison_can_fail() -> None:
+    """Integers bit for bit, floats within the dtype's tolerance of the output's scale, NaN only where NaN."""
+    from gpu_check import _compare
+
+    ints = np.arange(5, dtype=np.int32)
+    assert _compare("k", 0, dtypes.int32, ints, ints.copy()) is None
+    off = ints.copy()
+    off[3] += 1
+    assert "element 3 is 4" in str(_compare("k", 0, dtypes.int32, off, ints))
+    floats = np.array([1.0, np.nan, 100.0], np.float32)
+    assert _compare("k", 0, dtypes.float32, floats + np.float32(1e-3), floats) is None  # 1e-5 of the scale
+    assert _compare("k", 0, dtypes.float32, floats + np.float32(0.1), floats) is not None
+    assert _compare("k", 0, dtypes.float32, np.array([1.0, 0.0, 100.0], np.float32), floats) is not None
