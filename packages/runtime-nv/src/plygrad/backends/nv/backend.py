@@ -1,0 +1,175 @@
+"""The NV backend: CUDA C programs compiled to cubins and launched through the CUDA driver API.
+
+`Device["NV"]` is GPU 0, `Device["NV:1"]` GPU 1. Each device works in its GPU's primary context (the one PyTorch's
+CUDA runtime uses too), made current on the calling thread before every driver call, since the runtime calls from
+worker threads as well. Launches go to the default stream, which orders them with the blocking copies: `copyout`
+waits for the kernels before it, and `synchronize` waits for everything. With `wait=True` (DEBUG>=2) a launch is
+timed between two CUDA events, so the time is the GPU's, not the host's.
+
+Buffers are device pointers (ints; a zero-byte buffer is the null pointer, which no kernel dereferences).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from collections.abc import Sequence
+from typing import Any, Final
+
+from plygrad.backends.nv.compiler import NVCompiler
+from plygrad.backends.nv.driver import Attribute, CudaDriver, CudaError, load_driver
+from plygrad.backends.nv.launch import LaunchLimits, launch_dims, pack_arguments
+from plygrad.backends.nv.target import cuda_target
+from plygrad.runtime.errors import BackendError
+from plygrad.runtime.plugin import Allocator, Backend, Compiler, Program
+
+ELF_MAGIC: Final = b"\x7fELF"
+
+
+def host_array(view: memoryview) -> ctypes.Array[ctypes.c_char]:
+    """A ctypes view of the bytes of `view`, for a driver call to read or write (a read-only source is copied
+    once, since ctypes cannot take the address of an immutable buffer)."""
+    flat = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+    array_type = ctypes.c_char * flat.nbytes
+    return array_type.from_buffer_copy(flat) if flat.readonly else array_type.from_buffer(flat)
+
+
+class NVAllocator(Allocator[int]):
+    """Device memory of one GPU (cuMemAlloc); copies are blocking cuMemcpy calls on the default stream."""
+
+    def __init__(self, device: NVBackend) -> None:
+        self.device = device
+        self.driver = device.driver
+
+    def alloc(self, nbytes: int) -> int:
+        if nbytes == 0:
+            return 0
+        self.device.activate()
+        return self.driver.mem_alloc(nbytes)
+
+    def free(self, handle: int) -> None:
+        if handle:
+            self.device.activate()
+            self.driver.mem_free(handle)
+
+    def copyin(self, handle: int, src: memoryview) -> None:
+        if src.nbytes:
+            host = host_array(src)
+            self.device.activate()
+            self.driver.copy_to_device(handle, ctypes.addressof(host), src.nbytes)
+
+    def copyout(self, dst: memoryview, handle: int) -> None:
+        if dst.nbytes:
+            host = host_array(dst)
+            self.device.activate()
+            self.driver.copy_to_host(ctypes.addressof(host), handle, dst.nbytes)
+
+    def copy_from(self, dst: int, source: NVAllocator, src: int, nbytes: int) -> None:
+        """Copy `nbytes` from `source`'s allocation `src` without the host: on one GPU a device-to-device copy,
+        between two a peer copy. (The runtime's COPY goes through the host today; this is the faster path.)"""
+        if not nbytes:
+            return
+        self.device.activate()
+        if source.device.context == self.device.context:
+            self.driver.copy_on_device(dst, src, nbytes)
+        else:
+            self.driver.copy_peer(dst, self.device.context, src, source.device.context, nbytes)
+
+
+def _unload(driver: CudaDriver, context: int, module: int) -> None:
+    try:
+        driver.set_current(context)
+        driver.module_unload(module)
+    except CudaError:
+        pass  # the context is being torn down: its modules go with it
+
+
+class NVProgram(Program):
+    """One kernel of a loaded cubin."""
+
+    def __init__(self, device: NVBackend, name: str, binary: bytes) -> None:
+        if not binary.startswith(ELF_MAGIC):
+            raise BackendError(f"NV program {name!r}: the binary is not a cubin (no ELF header); the NV backend "
+                               "loads what its NVCompiler produced")
+        self.device, self.driver, self.name = device, device.driver, name
+        device.activate()
+        self.module = self.driver.module_load(binary)
+        # unload when the program is dropped, not at exit: by then the driver may be shutting down
+        weakref.finalize(self, _unload, self.driver, device.context, self.module).atexit = False
+        try:
+            self.function = self.driver.module_function(self.module, name)
+        except CudaError as exc:
+            raise BackendError(f"the cubin has no kernel {name!r} ({exc}): the source must define "
+                               f'`extern "C" __global__ void {name}(...)`') from exc
+        self.param_sizes = self.driver.param_sizes(self.function)
+
+    def __call__(self, buffers: Sequence[Any], global_size: tuple[int, int, int],
+                 local_size: tuple[int, int, int] | None, vals: Sequence[int], wait: bool = False) -> float | None:
+        grid, block = launch_dims(global_size, local_size, self.device.limits, self.name)
+        arguments = pack_arguments([int(b) for b in buffers], vals, self.param_sizes, self.name)
+        self.device.activate()
+        if not wait:
+            self.driver.launch(self.function, grid, block, arguments.params, self.name)
+            return None
+        # events per timed launch (DEBUG>=2 only), so two threads timing the same program do not share them
+        start, end = self.driver.event_create(), self.driver.event_create()
+        try:
+            self.driver.event_record(start)
+            self.driver.launch(self.function, grid, block, arguments.params, self.name)
+            self.driver.event_record(end)
+            return self.driver.event_seconds(start, end)
+        finally:
+            self.driver.event_destroy(start)
+            self.driver.event_destroy(end)
+
+
+class NVBackend(Backend):
+    """One NVIDIA GPU: `Device["NV"]` (GPU 0), `Device["NV:1"]`..."""
+
+    def __init__(self, name: str, driver: CudaDriver, ordinal: int, compiler: Compiler | None = None) -> None:
+        count = driver.device_count()
+        if count == 0:
+            raise BackendError("unavailable: no NVIDIA GPU (the driver is installed, but cuDeviceGetCount is 0)")
+        if not 0 <= ordinal < count:
+            names = "NV" if count == 1 else f"NV, NV:1 ... NV:{count - 1}"
+            raise BackendError(f"device {name}: this machine has {count} NVIDIA GPU(s), use {names}")
+        self.driver, self.ordinal = driver, ordinal
+        self.cu_device = driver.device(ordinal)
+        self.context = driver.primary_context(self.cu_device)
+        self.activate()
+        self.gpu_name = driver.device_name(self.cu_device)
+
+        def attribute(which: Attribute) -> int:
+            return driver.attribute(self.cu_device, which)
+
+        major, minor = attribute(Attribute.COMPUTE_CAPABILITY_MAJOR), attribute(Attribute.COMPUTE_CAPABILITY_MINOR)
+        self.arch = f"sm_{major}{minor}"
+        self.limits = LaunchLimits(
+            attribute(Attribute.MAX_THREADS_PER_BLOCK),
+            (attribute(Attribute.MAX_BLOCK_DIM_X), attribute(Attribute.MAX_BLOCK_DIM_Y),
+             attribute(Attribute.MAX_BLOCK_DIM_Z)),
+            (attribute(Attribute.MAX_GRID_DIM_X), attribute(Attribute.MAX_GRID_DIM_Y),
+             attribute(Attribute.MAX_GRID_DIM_Z)))
+        target = cuda_target(self.arch, self.limits, attribute(Attribute.MAX_SHARED_MEMORY_PER_BLOCK))
+        super().__init__(name, target, NVAllocator(self), compiler if compiler is not None else NVCompiler(self.arch))
+
+    def activate(self) -> None:
+        """Make this GPU's context current on the calling thread."""
+        self.driver.set_current(self.context)
+
+    def load(self, name: str, binary: bytes) -> Program:
+        return NVProgram(self, name, binary)
+
+    def synchronize(self) -> None:
+        self.activate()
+        self.driver.synchronize()
+
+    def __repr__(self) -> str:
+        return f"<NVBackend {self.name} {self.gpu_name} {self.arch}>"
+
+
+def open_nv(device: str) -> NVBackend:
+    """The factory the descriptor names ("NV", "NV:1"); raises BackendError("unavailable: ...") where the driver
+    or a GPU is missing, and BackendError naming what to install where no CUDA compiler is."""
+    _, _, index = device.partition(":")
+    return NVBackend(device, load_driver(), int(index or 0))
