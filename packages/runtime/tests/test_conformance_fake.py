@@ -50,3 +50,24 @@ def test_kernel_checks_catch_a_wrong_backend(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(InterpretedProgram, "__call__", wrong)
     with pytest.raises(AssertionError, match="PY add kernel: element"):
         TestPyConformance().test_kernel_add()
+
+
+def test_semantics_checks_catch_a_backend_whose_max_drops_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What -ffast-math does to MAX (maximum(nan, 0) = 0), done by the fake backend's interpreter."""
+    import math
+
+    import rt_fakes
+
+    from plygrad.ir import Ops
+    from plygrad.ir import exec_alu as real
+
+    def fast_math(op: Ops, dtype: object, operands: tuple[object, ...]) -> object:
+        x, y = operands[:2] if len(operands) == 2 else (None, None)
+        if op is Ops.MAX and isinstance(x, float) and math.isnan(x):
+            return y  # x86's maxss with NaN first: the other operand
+        return real(op, dtype, operands)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rt_fakes, "exec_alu", fast_math)
+    with pytest.raises(AssertionError, match=r"PY breaks IR semantics \(NaN and inf.*\n.*MAX\(nan, 0\.0\) = 0\.0, "
+                                             r"the IR says nan"):
+        TestPyConformance().test_nan_and_inf_propagate()

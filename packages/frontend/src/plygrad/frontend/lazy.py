@@ -48,6 +48,15 @@ def resolve_device(device: str | None) -> str:
     return name
 
 
+def placed(uop: UOp, device: str, inputs: frozenset[Buffer]) -> UOp:
+    """`uop` as a tensor to realize on `device`: a graph computed from constants alone names no device (it reads no
+    BUFFER and has no COPY), so it is marked with a COPY to `device`, which the scheduler computes there directly
+    (docs/ir.md §4.4). Without the mark a scheduler cannot know where `Tensor.rand(4, device="NV")` belongs."""
+    if inputs or any(n.op in (Ops.BUFFER, Ops.COPY) for n in uop.toposort):
+        return uop
+    return UOp(Ops.COPY, uop.dtype, (uop,), device)
+
+
 def movement(x: UOp, op: Ops, arg: object) -> UOp:
     """A movement node over `x` (same dtype); the IR checks the argument against x's shape."""
     return UOp(op, x.dtype, (x,), arg)

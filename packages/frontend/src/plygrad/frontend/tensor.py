@@ -21,6 +21,7 @@ from plygrad.frontend.lazy import (
     Scalar,
     base_of,
     buffer_view,
+    placed,
     resolve_device,
     stop_gradient,
     written_buffer,
@@ -105,7 +106,7 @@ class Tensor(CreationOps):
     # ---- running ----------------------------------------------------------------------------------------------
     def schedule(self, *others: Tensor) -> UOp:
         """The SCHEDULE-stage LINEAR that would realize this tensor (and `others`), without running it."""
-        return scheduling.schedule_uop([t.uop for t in (self, *others)])
+        return scheduling.schedule_uop([placed(t.uop, t.device, t.inputs) for t in (self, *others)])
 
     def realize(self, *others: Tensor) -> Self:
         """Compute this tensor (and `others`) in one schedule; afterwards each reads its own output Buffer."""
@@ -121,7 +122,7 @@ class Tensor(CreationOps):
                 t._point_at(Buffer(t.device, 0, t.dtype))
         if computed:
             inputs = sorted(frozenset[Buffer]().union(*(t.inputs for t in computed)), key=lambda b: b.id)
-            outputs = scheduling.run([t.uop for t in computed], inputs)
+            outputs = scheduling.run([placed(t.uop, t.device, t.inputs) for t in computed], inputs)
             claimed: set[int] = set()
             for t, out in zip(computed, outputs, strict=True):
                 own = out

@@ -13,10 +13,12 @@ whose first action is to ask for the default device all see every backend and op
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import enum
 import threading
 import traceback
+import warnings
 from dataclasses import dataclass
 
 from plygrad.ir.version import OPSET_VERSION
@@ -83,10 +85,18 @@ class DeviceRegistry:
         discovery.on_change(self.reset)
 
     def reset(self) -> None:
-        """Forget what was discovered and opened (entry points are scanned again on next use)."""
+        """Forget what was discovered and opened (entry points are scanned again on next use), closing every opened
+        backend (`Backend.close`); one whose close raises is reported as a warning, not raised, so the others still
+        close and a reset never fails half done."""
         with self._lock:
+            opened = self._opened
             self._records = None
             self._opened = {}
+        for name, backend in opened.items():
+            try:
+                backend.close()
+            except Exception as exc:
+                warnings.warn(f"backend {name}: close() raised {_describe(exc)}", RuntimeWarning, stacklevel=2)
 
     def records(self) -> dict[str, BackendRecord]:
         """Every backend entry point found, by backend name, with its status."""
@@ -190,3 +200,4 @@ class DeviceRegistry:
 
 
 Device = DeviceRegistry()
+atexit.register(Device.reset)  # backends release their temp folders and handles when the interpreter exits

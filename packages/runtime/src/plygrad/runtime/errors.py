@@ -20,14 +20,22 @@ class CodegenError(RuntimeLayerError):
 class CompileError(RuntimeLayerError):
     """A backend compiler rejected a program's source.
 
-    `line` is the 1-based source line the compiler blamed (0 when it named none) and `source_line` its text, so the
-    message shows the offending line without the reader having to dump the whole source.
+    `line` is the 1-based source line the compiler blamed (0 when it named none) and `source_line` its text. `str()`
+    shows that line under the message (unless the backend's message already quotes it), so every backend's error
+    names the offending line without the reader having to dump the whole source.
     """
 
     def __init__(self, message: str, *, line: int = 0, source_line: str = "") -> None:
         super().__init__(message)
+        self.message = message
         self.line = line
         self.source_line = source_line
+
+    def __str__(self) -> str:
+        text = self.source_line.strip()
+        if not self.line or (text and text in self.message):
+            return self.message
+        return f"{self.message}\n  at source line {self.line}" + (f": {text}" if text else "")
 
 
 class InvalidBufferError(RuntimeLayerError):

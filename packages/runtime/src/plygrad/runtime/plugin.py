@@ -8,8 +8,8 @@ A backend ships two things:
   GPU driver binding, probing a compiler and the like happens here, and a failure here is recorded, not fatal.
 
 A `Backend` bundles an `Allocator` (device memory with host copies), a `Compiler` (source -> binary, with a
-`cache_key` so binaries can be cached on disk), `load` (binary -> `Program`), `synchronize`, and the `Target` that
-codegen lowers kernels for. docs/backends.md walks through writing one.
+`cache_key` property so binaries can be cached on disk), `load` (binary -> `Program`), `synchronize`, `close`
+(teardown, optional), and the `Target` that codegen lowers kernels for. docs/backends.md walks through writing one.
 """
 
 from __future__ import annotations
@@ -119,6 +119,15 @@ class Backend(ABC):
     @abstractmethod
     def synchronize(self) -> None:
         """Wait until every launched program and copy has finished."""
+
+    def close(self) -> None:
+        """Release what the backend holds beyond device memory (temp folders, compiler handles, worker pools).
+
+        The registry calls it once when it forgets the backend: `Device.reset()` and interpreter exit. Buffers
+        allocated from the backend may still be freed afterwards, so `allocator.free` must keep working (a GPU
+        backend keeps its context until the process exits). The default does nothing.
+        """
+        return  # optional by design: most backends own nothing that outlives a process
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name} target={self.target.renderer}/{self.target.arch or '-'}>"

@@ -36,6 +36,7 @@ from plygrad.runtime.engine import run_linear
 from plygrad.runtime.errors import BackendError, CompileError
 from plygrad.runtime.plan import clear_plans
 from plygrad.runtime.plugin import Backend
+from plygrad.runtime.testing_semantics import IRSemanticsChecks
 
 ROUND_TRIP_SIZES = (0, 1, 3, 8, 255, 4096, 65537)
 F32, I32 = dtypes.float32, dtypes.int32
@@ -150,8 +151,10 @@ def _close(got: Sequence[float], want: Sequence[float], what: str) -> None:
             raise AssertionError(f"{what}: element {i} is {g}, expected {w}")
 
 
-class BackendConformance:
-    """What every backend must do; subclass it with `device = "NAME"` in a test module."""
+class BackendConformance(IRSemanticsChecks):
+    """What every backend must do; subclass it with `device = "NAME"` in a test module. The IR-semantics checks
+    (NaN/inf, no FMA contraction, half precision, integer division and overflow, shifts, casts, odd and zero
+    sizes) come from testing_semantics.IRSemanticsChecks."""
 
     device: str = ""
 

@@ -7,7 +7,8 @@ inline REDUCEs). The rules of the fusing scheduler:
 1. The tensors of the SINK are roots (with RESHAPEs on top stripped: a reshaped row-major buffer is the same
    memory), unless one is already a contiguous buffer (a BUFFER, possibly RESHAPEd, or an ASSIGN into one): then
    the SINK just names that buffer.
-2. CONTIGUOUS, ASSIGN and COPY are roots (a COPY's source too, unless it already is a contiguous buffer).
+2. CONTIGUOUS, ASSIGN and COPY are roots (a COPY's source too, unless it already is a contiguous buffer or is
+   computed from constants alone: such a COPY only names the device to compute it on, and its kernel computes it).
 3. Elementwise nodes are never roots on their own account: a node used by several consumers is recomputed in each
    (cheap, and it saves a round trip through memory).
 4. A REDUCE is fused into the kernel of its consumer when the path up from it to that kernel's root is a chain of
@@ -54,6 +55,20 @@ def contiguous_buffer(node: UOp) -> UOp | None:
         if target.op is Ops.BUFFER:
             return target
     return None
+
+
+def named_devices(order: Sequence[UOp]) -> dict[UOp, str | None]:
+    """Each node's device as the graph names it: a BUFFER's own, a COPY's target, else the device of its first
+    source that has one; None for a node computed from constants alone (docs/ir.md §4.4)."""
+    own: dict[UOp, str | None] = {}
+    for node in order:
+        if node.op is Ops.BUFFER:
+            own[node] = node.arg.device
+        elif node.op is Ops.COPY:
+            own[node] = node.arg
+        else:
+            own[node] = next((d for d in (own[s] for s in node.src) if d is not None), None)
+    return own
 
 
 def users_of(order: Sequence[UOp]) -> dict[UOp, list[UOp]]:
@@ -113,6 +128,7 @@ def _find_concats(order: Sequence[UOp], users: dict[UOp, list[UOp]], roots: set[
 def plan_fusion(sink: UOp, fuse: bool, budget: int = KERNEL_NODE_BUDGET) -> FusionPlan:
     """The nodes that get a kernel (rules 1-4, 6 and 7 above; one per computing op when not `fuse`)."""
     order = sink.toposort
+    named = named_devices(order)
     roots: set[UOp] = set()
     for out in sink.src:
         if contiguous_buffer(out) is None:
@@ -120,8 +136,8 @@ def plan_fusion(sink: UOp, fuse: bool, budget: int = KERNEL_NODE_BUDGET) -> Fusi
     for node in order:
         if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY):
             roots.add(node)
-        if node.op is Ops.COPY and contiguous_buffer(node.src[0]) is None:
-            roots.add(strip_reshapes(node.src[0]))
+        if node.op is Ops.COPY and contiguous_buffer(node.src[0]) is None and named[node.src[0]] is not None:
+            roots.add(strip_reshapes(node.src[0]))  # a constant-only source is computed by the COPY's own kernel
         if not fuse and node.op not in _LEAVES and node.op not in GroupOp.Movement and node.op is not Ops.SINK:
             roots.add(node)
     if not fuse:

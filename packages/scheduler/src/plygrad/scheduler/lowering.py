@@ -94,7 +94,7 @@ class KernelBuilder:
                 return []  # a reduce over nothing is its identity (built in _build)
             inner = tuple(self._range(shape[i], AxisType.REDUCE) if i in axes else idx for i, idx in enumerate(idxs))
             return [(node.src[0], inner, gate)]
-        if node.op is Ops.CONTIGUOUS or (node.op is Ops.ASSIGN and node is self.current_root):
+        if node.op is Ops.CONTIGUOUS or (node.op in (Ops.ASSIGN, Ops.COPY) and node is self.current_root):
             return [(node.src[-1], idxs, gate)]
         if node.op is Ops.ASSIGN:  # reading an ASSIGN reads its target buffer (scheduled after the write)
             return [(node.src[0], idxs, gate)]
@@ -124,7 +124,7 @@ class KernelBuilder:
                 return inner  # gated loads already read 0 outside the source
             _, pad_gate = move_index(node, idxs, None)
             return inner if pad_gate is None else pad_gate.where(inner, UOp.const(inner.dtype, 0))
-        if op in GroupOp.Movement or op in (Ops.CONTIGUOUS, Ops.ASSIGN):
+        if op in GroupOp.Movement or op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY):
             return children[0]
         if op is Ops.REDUCE:
             if not children:

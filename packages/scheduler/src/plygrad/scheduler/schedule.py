@@ -18,7 +18,7 @@ from plygrad.ir import BufferRef, Ops, Stage, UOp, dtypes, graph_rewrite, verify
 from plygrad.scheduler.budget import KERNEL_NODE_BUDGET
 from plygrad.scheduler.concat import Concat
 from plygrad.scheduler.errors import ScheduleError
-from plygrad.scheduler.fusion import contiguous_buffer, plan_fusion, strip_reshapes
+from plygrad.scheduler.fusion import contiguous_buffer, named_devices, plan_fusion, strip_reshapes, users_of
 from plygrad.scheduler.lowering import KernelBuilder, kernel_name
 from plygrad.scheduler.passes import TENSOR_PASSES
 from plygrad.scheduler.planning import share_buffers
@@ -72,21 +72,29 @@ def _pack(slices: list[_Slice], alone: Callable[[_Slice], bool]) -> list[list[_S
     return groups
 
 
-def _devices(order: tuple[UOp, ...]) -> dict[UOp, str]:
-    """Each node's device: a BUFFER's own, a COPY's target, else the device of its first source that has one.
+def _devices(order: tuple[UOp, ...], named: dict[UOp, str | None]) -> tuple[dict[UOp, str], set[UOp]]:
+    """Each node's device, and the constant-only nodes read on more than one device.
 
-    Tensors computed from constants alone take the graph's first BUFFER's device (DEFAULT_DEVICE without one).
+    A node computed from constants alone names no device (fusion.named_devices gives None): it is computed on the
+    device of its first consumer that has one, so a constant-only tensor the frontend marks with a COPY to its
+    device is computed there (emit_copy copies nothing). A SINK source with no device at all (a producer that did
+    not mark it) takes the graph's first BUFFER's device, else DEFAULT_DEVICE. A constant-only node that becomes a
+    root and is read on several devices (`arange(4, device=A)` and `arange(4, device=B)` are one hash-consed node)
+    is copied to each other device that reads it (_Scheduler.kernel).
     """
+    users = users_of(order)
+    placed: dict[UOp, str | None] = {}
+    mixed: set[UOp] = set()
+    for node in reversed(order):  # consumers before their sources
+        device = named[node]
+        if device is None:
+            wanted = [d for d in dict.fromkeys(placed[u] for u in users[node]) if d is not None]
+            device = wanted[0] if wanted else None
+            if len(wanted) > 1 or any(u in mixed for u in users[node]):  # read, maybe through views, on several
+                mixed.add(node)
+        placed[node] = device
     fallback = next((n.arg.device for n in order if n.op is Ops.BUFFER), DEFAULT_DEVICE)
-    devices: dict[UOp, str | None] = {}
-    for node in order:
-        if node.op is Ops.BUFFER:
-            devices[node] = node.arg.device
-        elif node.op is Ops.COPY:
-            devices[node] = node.arg
-        else:
-            devices[node] = next((d for d in (devices[s] for s in node.src) if d is not None), None)
-    return {node: fallback if d is None else d for node, d in devices.items()}
+    return {node: fallback if d is None else d for node, d in placed.items()}, mixed
 
 
 def _region(root: UOp, roots: set[UOp]) -> tuple[set[UOp], set[UOp], bool]:
@@ -159,7 +167,9 @@ class _Scheduler:
         self.sink = sink
         self.fuse = fuse
         order = sink.toposort
-        self.devices = _devices(order)
+        self.named = named_devices(order)
+        self.devices, self.mixed = _devices(order, self.named)
+        self.copies: dict[tuple[UOp, str], UOp] = {}  # (mixed node, device) -> its copy there
         self.binds = {b.src[0]: b for b in order if b.op is Ops.BIND}
         self.realized: dict[UOp, UOp] = {}
         self.calls: list[UOp] = []
@@ -172,11 +182,35 @@ class _Scheduler:
         self.next_id -= 1
         return buf
 
+    def realized_on(self, device: str) -> dict[UOp, UOp]:
+        """What a kernel on `device` loads each realized node from (copies of mixed nodes, see copied_to)."""
+        if not self.mixed:
+            return self.realized
+        return {**self.realized, **self.copied_to(device)}
+
     def kernel(self, roots: list[UOp], outs: list[UOp]) -> KernelBuilder:
-        builder = KernelBuilder(self.realized, outs, self.binds)
+        builder = KernelBuilder(self.realized_on(self.devices[roots[0]]), outs, self.binds)
         for root, out in zip(roots, outs, strict=True):
             builder.add_root(root, out)
         return builder
+
+    def copied_to(self, device: str) -> dict[UOp, UOp]:
+        """The realized constant-only nodes read on several devices (see _devices), each as a buffer on `device`:
+        a COPY CALL is emitted the first time a kernel on `device` may read one that lives elsewhere."""
+        found: dict[UOp, UOp] = {}
+        for node in self.mixed:
+            buf = self.realized.get(node)
+            if buf is None or buf.arg.device == device:
+                continue
+            if (node, device) not in self.copies:
+                shape = node.shape
+                assert shape is not None
+                dst = UOp(Ops.BUFFER, node.dtype, (), BufferRef(self.next_id, device, math.prod(shape)))
+                self.next_id -= 1
+                self.calls.append(UOp(Ops.CALL, dtypes.void, (UOp(Ops.COPY, dtypes.void), dst, buf), "copy"))
+                self.copies[(node, device)] = dst
+            found[node] = self.copies[(node, device)]
+        return found
 
     def emit_assign(self, assign: UOp) -> None:
         target = _assign_target(assign)
@@ -204,13 +238,22 @@ class _Scheduler:
         slices = [_Slice(p.value, p.start, p.length, sizes.get(p.pad, 1)) for p in concat.pieces]
         slices += [_Slice(None, start, length, 1) for start, length in concat.gaps]
         for group in _pack(slices, lambda s: s.length * row >= OWN_KERNEL_ELEMENTS):
-            builder = KernelBuilder(self.realized, [out], self.binds)
+            builder = KernelBuilder(self.realized_on(self.devices[root]), [out], self.binds)
             for piece in group:
                 builder.add_slice(piece.value, out, shape, axis=concat.axis, start=piece.start, length=piece.length)
             self.calls.append(builder.call(kernel_name([root], builder.has_reduce)))
         self.realized[root] = out
 
     def emit_copy(self, copy: UOp) -> None:
+        if self.named[copy.src[0]] is None:
+            # a constant-only source: the COPY names where to compute it. A source that is a root of its own (a
+            # CONTIGUOUS) computed there already is the result; otherwise the COPY's kernel computes it
+            done = self.realized.get(strip_reshapes(copy.src[0]))
+            if done is not None and done.arg.device == copy.arg:
+                self.realized[copy] = done
+            else:
+                self.emit([copy])
+            return
         src = contiguous_buffer(copy.src[0]) or self.realized[strip_reshapes(copy.src[0])]
         dst = self.new_buffer(copy)
         self.calls.append(UOp(Ops.CALL, dtypes.void, (UOp(Ops.COPY, dtypes.void), dst, src), "copy"))
