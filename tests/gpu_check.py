@@ -15,7 +15,9 @@ CI has no GPU, so the CUDA path is checked by riding on the integration suite (D
    inputs. Integers and bools must match bit for bit, floats within a tolerance (reductions sum in another order on a
    GPU), NaN where NaN. Random inputs rather than the tests' own data: the kernels index only by their ranges (a
    gather is a one-hot compare), so any input is valid, and capturing every buffer of every launch would cost more
-   than the whole suite. Variables take their largest value (the buffers are sized for it).
+   than the whole suite. Variables take their largest value (the buffers are sized for it). Kernels past
+   MAX_EMULATED_ELEMENTS / MAX_EMULATED_OPS (the 5*10^7-element sums of the scale tests) are compiled but not
+   emulated: one core runs every GPU thread as an unoptimized fiber; the report counts them.
    Kernels that use tensor cores (inline PTX `mma`, WMMA) are compile-checked only; they are emulated as lowered
    for a target without tensor cores, and the report counts them.
 
@@ -27,6 +29,7 @@ ops it runs itself. `PLYGRAD_GPU_CHECK_JOBS` caps the compiler processes (defaul
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -54,6 +57,11 @@ TENSOR_CORE_MARKS: Final = ("mma.sync", "wmma", "asm(", "asm volatile")
 # kernels per compiler call: big enough that the compiler's start-up is paid rarely, small enough to spread chunks
 # over the cores
 CHUNK: Final = 150
+# kernels bigger than this are compiled to cubins but not emulated: the emulator runs every GPU thread as a fiber on
+# one core, unoptimized, so a 5*10^7-element sum (tests/test_reduce_scale.py) would take minutes; the same shapes of
+# kernel at smaller sizes are emulated (the report counts the ones left out)
+MAX_EMULATED_ELEMENTS: Final = 1 << 22  # elements over all of a kernel's buffers, and GPU threads launched
+MAX_EMULATED_OPS: Final = 1 << 25  # ProgramInfo.ops: ALU operations times loop trips
 # relative tolerance per float dtype (of the largest magnitude in the output): a GPU reduction sums in another order
 TOLERANCE: Final[dict[DType, float]] = {dtypes.float64: 1e-9, dtypes.float32: 1e-4, dtypes.float16: 1e-2,
                                         dtypes.bfloat16: 2e-2}
@@ -86,6 +94,7 @@ class Report:
     emulated: int = 0
     cooperative: int = 0  # emulated kernels with barriers (their threads run as fibers)
     tensor_core: int = 0
+    too_big: int = 0  # compiled, not emulated (MAX_EMULATED_ELEMENTS / MAX_EMULATED_OPS)
     problems: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # per phase, for the summary line
 
@@ -93,7 +102,8 @@ class Report:
         compiled = ", ".join(f"{arch}: {n}" for arch, n in sorted(self.compiled.items())) or "none"
         phases = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.seconds.items())
         return (f"{self.kernels} distinct kernels; compiled to cubins ({compiled}); {self.emulated} emulated and "
-                f"matching the CPU backend ({self.cooperative} with barriers); {self.tensor_core} use tensor cores "
+                f"matching the CPU backend ({self.cooperative} with barriers), {self.too_big} too big to emulate "
+                f"(compile-checked only); {self.tensor_core} use tensor cores "
                 f"(compile-checked, emulated without them){'; ' + phases if phases else ''}")
 
 
@@ -242,6 +252,12 @@ class GpuCheck:
         started = time.perf_counter()
         rng = np.random.default_rng(seed)
         for kernel, program in emulated:
+            info = program.info
+            threads = math.prod(info.global_size) * math.prod(info.local_size or (1, 1, 1))
+            if (sum(p.size for p in info.params) > MAX_EMULATED_ELEMENTS or info.ops > MAX_EMULATED_OPS
+                    or threads > MAX_EMULATED_ELEMENTS):
+                report.too_big += 1
+                continue
             if program in libraries:
                 problem = self._run_one(kernel, program, libraries[program], rng)
                 if problem is None:

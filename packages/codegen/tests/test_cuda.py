@@ -293,6 +293,22 @@ def test_many_output_axes_share_the_three_grid_dimensions() -> None:
     np.testing.assert_array_equal(got, x + 1)
 
 
+def test_stores_in_their_own_loops_are_not_multiplied_into_the_grid() -> None:
+    """A kernel writing slices in separate loop nests (a wide cat) launches what the stores share, not the product of
+    every nest: 40 slices of 3 elements used to ask for a grid of 3**40 blocks."""
+    n, pieces = 3, 40
+    out = param(0, dtypes.float32, n * pieces)
+    stores = []
+    for k in range(pieces):
+        r = loop(n, k)
+        stores.append(UOp(Ops.END, dtypes.void, (store(out, r + k * n, UOp.const(dtypes.float32, float(k))), r)))
+    program = lower_uop(sink(*stores), SM90)
+    assert math.prod(program.arg.global_size) * math.prod(program.arg.local_size or (1, 1, 1)) <= n * pieces
+    got = np.zeros(n * pieces, np.float32)
+    EmuLibrary([CudaKernel.from_program(program)]).run(CudaKernel.from_program(program), [got])
+    np.testing.assert_array_equal(got, np.repeat(np.arange(pieces, dtype=np.float32), n))
+
+
 def test_gpu_heuristic() -> None:
     def opts(kernel: UOp) -> list[Opt]:
         return choose_opts(kernel, SM90)

@@ -2,10 +2,11 @@
 
 Two passes of lower.py, both no-ops on a target without workgroups:
 
-- `gpu_dims` (after `optimize`): every output loop of constant, non-zero size (LOOP) becomes a GLOBAL range, and a
-  GLOBAL range of symbolic size becomes a LOOP: a launch size is a number, so a loop bounded by a variable runs
-  serially inside each thread. The renderer maps GLOBAL ranges to block indices and LOCAL ranges to thread indices
-  one to one (a LOCAL split only divides), so every thread has an element and no bounds guard is needed.
+- `gpu_dims` (after `optimize`): every output loop of constant, non-zero size (LOOP) that all the kernel's stores
+  share becomes a GLOBAL range, and a GLOBAL range of symbolic size (or one store's own) becomes a LOOP: a launch
+  size is a number, so a loop bounded by a variable runs serially inside each thread, and so do the loop nests of
+  stores that write different slices. The renderer maps GLOBAL ranges to block indices and LOCAL ranges to thread
+  indices one to one (a LOCAL split only divides), so every thread has an element and no bounds guard is needed.
 - `group_reduce` (after `expand_upcast`, before `lower_reduce`): a REDUCE over a GROUP_REDUCE range `g` (k threads
   of the workgroup) becomes per-thread partials in workgroup-shared memory and a serial finish:
 
@@ -30,14 +31,35 @@ from plygrad.codegen.scope import loop_scopes
 from plygrad.ir import AddrSpace, AxisType, Ops, PatternMatcher, Target, UOp, UPat, dtypes, graph_rewrite
 
 
-def _to_launch_range(ctx: Target, r: UOp) -> UOp | None:
-    if not ctx.has_local:
+def shared_output_ranges(kernel: UOp) -> set[UOp]:
+    """The output loops (LOOP/GLOBAL ranges) that every STORE of `kernel` depends on. Only those can be launch
+    dimensions: a kernel writing several slices in their own loop nests (a wide cat, scheduler/concat.py) would
+    otherwise launch the product of every nest's sizes, each thread redoing all of them; their own loops run
+    serially inside each thread instead."""
+    common: set[UOp] | None = None
+    for store in (n for n in kernel.toposort if n.op is Ops.STORE):
+        ranges = {n for n in store.toposort
+                  if n.op is Ops.RANGE and n.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)}
+        common = ranges if common is None else common & ranges
+    return common or set()
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    """What `gpu_dims` needs: the target, and the ranges every store shares (`shared_output_ranges`)."""
+
+    target: Target
+    shared: frozenset[int]  # axis ids: a rewritten RANGE is a new node, its axis id stays
+
+
+def _to_launch_range(ctx: LaunchContext, r: UOp) -> UOp | None:
+    if not ctx.target.has_local:
         return None
     axis, axis_type = r.arg
     constant = r.src[0].op is Ops.CONST and int(r.src[0].arg) > 0
-    if axis_type is AxisType.LOOP and constant:
+    if axis_type is AxisType.LOOP and constant and axis in ctx.shared:
         return r.replace(arg=(axis, AxisType.GLOBAL))
-    if axis_type is AxisType.GLOBAL and not constant:
+    if axis_type is AxisType.GLOBAL and (not constant or axis not in ctx.shared):
         return r.replace(arg=(axis, AxisType.LOOP))
     return None
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from plygrad.codegen.gpu import shared_output_ranges
 from plygrad.codegen.opts import kernel_ranges
 from plygrad.codegen.scope import loop_scopes
 from plygrad.codegen.vectorize import VECTOR_DTYPES, VECTOR_OPS, lane_stride
@@ -126,7 +127,9 @@ def choose_gpu_opts(kernel: UOp, target: Target) -> list[Opt]:
     """Optimizations for a target with workgroups (module docstring): GROUP, UPCAST, LOCAL."""
     ranges = kernel_ranges(kernel)
     sized = {axis: int(r.src[0].arg) for axis, r in ranges.items() if r.src[0].op is Ops.CONST}
-    outputs = sorted(a for a, r in ranges.items() if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL) and sized.get(a))
+    shared = shared_output_ranges(kernel)  # a range only some stores use stays a loop (gpu.py), never threads
+    outputs = sorted(a for a, r in ranges.items()
+                     if r.arg[1] in (AxisType.LOOP, AxisType.GLOBAL) and sized.get(a) and r in shared)
     output_elements = 1
     for axis in outputs:
         output_elements *= sized[axis]

@@ -26,7 +26,7 @@ from typing import Final
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.expand import RegSlots, expand_upcast, lower_reduce, unshare_reduce_ranges
 from plygrad.codegen.gates import simplify_rules
-from plygrad.codegen.gpu import gpu_dims, group_reduce
+from plygrad.codegen.gpu import LaunchContext, gpu_dims, group_reduce, shared_output_ranges
 from plygrad.codegen.heuristic import choose_opts
 from plygrad.codegen.linearize import linearize
 from plygrad.codegen.opts import apply_opts, kernel_name
@@ -100,7 +100,8 @@ def _optimize(state: Lowering) -> Lowering:
 
 
 def _gpu_dims(state: Lowering) -> Lowering:
-    return replace(state, kernel=graph_rewrite(state.kernel, gpu_dims, ctx=state.target))
+    ctx = LaunchContext(state.target, frozenset(int(r.arg[0]) for r in shared_output_ranges(state.kernel)))
+    return replace(state, kernel=graph_rewrite(state.kernel, gpu_dims, ctx=ctx))
 
 
 def _group_reduce(state: Lowering) -> Lowering:
