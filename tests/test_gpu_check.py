@@ -42,7 +42,9 @@ def test_kernels_run_as_cuda(request: pytest.FixtureRequest) -> None:
     print(report.summary())
     assert report.kernels > 0
     assert not report.problems, f"{len(report.problems)} problem(s):\n" + "\n".join(report.problems)
-    assert report.emulated == report.kernels
+    # every kernel is compiled; every one is emulated but the few past the emulation's size limit (gpu_check.py)
+    assert report.emulated + report.too_big == report.kernels
+    assert report.too_big <= max(1, report.kernels // 100), "the size limit must leave out only a few giants"
     if standalone:
         assert report.cooperative > 0, "the ops here should include a reduction using shared memory and barriers"
 
