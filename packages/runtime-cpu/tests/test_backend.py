@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,6 +55,22 @@ def test_add_program_matches_numpy(cpu: CPUBackend, n: int) -> None:
     out = cpu.allocator.alloc(4 * n)
     assert program([out, _handle(cpu, a), _handle(cpu, b)], (1, 1, 1), None, [n]) is None
     np.testing.assert_array_equal(_read(cpu, out, np.float32, n), a + b)
+
+
+def test_loading_writes_no_second_copy_of_the_library(cpu: CPUBackend, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile() returns bytes; load() hands them to dlopen through an in-memory file where the OS has one, so the
+    library is written to disk once (by the compiler), not again to load it (issue 8's plugin-API item)."""
+    binary = cpu.compiler.compile(ADD)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    program = cpu.load("add", binary)
+    if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
+        assert not list(tmp_path.iterdir())
+    a = np.arange(5, dtype=np.float32)
+    out = cpu.allocator.alloc(20)
+    program([out, _handle(cpu, a), _handle(cpu, a)], (1, 1, 1), None, [5])
+    np.testing.assert_array_equal(_read(cpu, out, np.float32, 5), 2 * a)
+    assert not list(tmp_path.iterdir())
 
 
 def test_selects_in_a_vectorized_loop_compile_correctly(cpu: CPUBackend) -> None:

@@ -271,3 +271,48 @@ def test_threads_compile_each_program_once(distinct: int) -> None:
     assert all(results[i] == sources[i % distinct].encode() for i in range(16))
     assert isinstance(compiler, SlowCompiler) and compiler.compiled == distinct
     assert (cache.stats.compiles, cache.stats.memory_hits) == (distinct, 16 - distinct)
+
+
+# ---- tempfiles.loadable_file: a path for loaders that take paths, without a second disk write --------------------
+def test_loadable_file_gives_the_bytes_and_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    import tempfile
+
+    from plygrad.runtime import tempfiles
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    payload = os.urandom(300_000)  # larger than one pipe/page write
+    with tempfiles.loadable_file(payload, "plygrad-test-", ".so") as path:
+        assert Path(path).read_bytes() == payload
+        if sys.platform.startswith("linux") and hasattr(os, "memfd_create"):
+            assert path.startswith("/proc/self/")  # in memory: nothing was written to the temp folder
+            assert not list(tmp_path.iterdir())
+    assert not list(tmp_path.iterdir())
+
+
+def test_loadable_file_paths_are_never_the_same_string() -> None:
+    """dlopen returns the library it loaded before under the same name, and fd numbers are reused after close."""
+    from plygrad.runtime import tempfiles
+
+    paths = []
+    for i in range(40):
+        with tempfiles.loadable_file(bytes([i]), "plygrad-test-") as path:
+            assert Path(path).read_bytes() == bytes([i])
+            paths.append(path)
+    assert len(set(paths)) == len(paths)
+
+
+def test_loadable_file_falls_back_to_a_swept_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from plygrad.runtime import tempfiles
+
+    def refuse(*args: object) -> int:
+        raise OSError("memfd_create refused by a sandbox")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(os, "memfd_create", refuse, raising=False)
+    with tempfiles.loadable_file(b"abc", "plygrad-test-", ".so") as path:
+        assert Path(path).parent == tmp_path and Path(path).name.startswith(tempfiles.tagged("plygrad-test-"))
+        assert Path(path).read_bytes() == b"abc"
+    assert not list(tmp_path.iterdir())

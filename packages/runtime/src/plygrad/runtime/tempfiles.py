@@ -1,7 +1,7 @@
 """Temporary files and folders that a later process can clean up after a killed one.
 
-A compile writes its source and library into a temporary folder, the disk cache writes each entry to a temporary
-file before renaming it, and the CPU backend hands `dlopen` a temporary `.so`. Each is removed when the work is done,
+A compile writes its source and library into a temporary folder, and the disk cache writes each entry to a temporary
+file before renaming it. Each is removed when the work is done,
 but a process killed in between (SIGKILL, the OOM killer, a power cut) leaves it behind, and nothing else ever
 would remove it. So every such name carries the id of the process that made it (`<prefix><pid>-<random>`), and
 `sweep_stale` removes the ones whose process is gone.
@@ -14,10 +14,14 @@ older than `ABANDONED_AFTER_S` whatever its pid says (pids are reused, so a live
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
@@ -38,6 +42,58 @@ def temp_dir(prefix: str) -> tempfile.TemporaryDirectory[str]:
 def temp_file(prefix: str, suffix: str = "", folder: str | os.PathLike[str] | None = None) -> tuple[int, str]:
     """`tempfile.mkstemp` with a name that says which process made it (an open fd and the path)."""
     return tempfile.mkstemp(prefix=tagged(prefix), suffix=suffix, dir=folder)
+
+
+@contextlib.contextmanager
+def loadable_file(binary: bytes, prefix: str, suffix: str = "") -> Iterator[str]:
+    """A path a loader that only takes paths (`dlopen`, `LoadLibrary`) can read `binary` from, for the `with` block.
+
+    A backend's `Compiler.compile` returns bytes (the program cache keeps them), so a backend whose loader wants a
+    file would write its library to disk a second time. On Linux the bytes go to an anonymous in-memory file
+    (`memfd_create`) named by `/proc/self/fd/<n>` instead: no disk write, nothing a killed process leaves behind.
+    Elsewhere, or where memfd is refused (a sandbox), a temporary file named `<prefix><pid>-...` that
+    `sweep_stale` can clean up after a killed process. A loaded library's mapping outlives the file: close it (leave
+    the block) right after loading.
+
+    Every path handed out is a different string: `dlopen` treats a name it has loaded before as that library again,
+    and a closed fd number is soon reused, so the path spells one more number (`_unique_fd_path`).
+    """
+    memfd = getattr(os, "memfd_create", None)
+    fd = -1
+    if memfd is not None and sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            fd = memfd(prefix, getattr(os, "MFD_CLOEXEC", 0))
+    if fd >= 0:
+        try:
+            _write_all(fd, binary)
+            yield _unique_fd_path(fd)
+        finally:
+            os.close(fd)
+        return
+    fd, path = temp_file(prefix, suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(binary)
+        yield path
+    finally:
+        Path(path).unlink(missing_ok=True)
+
+
+_PATHS_GIVEN: Final = itertools.count(1)
+
+
+def _unique_fd_path(fd: int) -> str:
+    """`/proc/self/fd/<fd>` spelled differently for every call: the bits of a counter, most significant first, as
+    `./` (1) or `fd/../` (0) steps that resolve to the same folder. Two distinct counters give distinct strings (the
+    steps start with different characters), and the path grows by at most 6 characters per bit."""
+    bits = bin(next(_PATHS_GIVEN))[2:]
+    return "/proc/self/" + "".join("./" if bit == "1" else "fd/../" for bit in bits) + f"fd/{fd}"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def pid_alive(pid: int) -> bool:

@@ -16,7 +16,6 @@ import platform
 import tempfile
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Final
 
 import cffi
@@ -32,8 +31,8 @@ from plygrad.runtime.plugin import Backend, Program
 # while its worker threads are parked in it, and the process would crash later somewhere unrelated. Programs are
 # cached by the runtime, so this holds one small library per distinct program.
 _LOADED_LIBRARIES: Final[list[Any]] = []
-# dlopen reads a library from a temp file <LIBRARY_PREFIX><pid>-....so, deleted once loaded; one a killed process
-# left behind is removed when the backend next opens
+# where no in-memory file exists, dlopen reads a library from a temp file <LIBRARY_PREFIX><pid>-....so, deleted once
+# loaded; one a killed process left behind is removed when the backend next opens
 LIBRARY_PREFIX: Final = "plygrad-so-"
 
 
@@ -58,18 +57,14 @@ class CPUProgram(Program):
         self.name = name
         self.ffi = cffi.FFI()
         self.ffi.cdef(f"void {name}(void);")
-        # dlopen needs a file; once loaded, the mapping outlives the file, so it is deleted right away
-        fd, path = tempfiles.temp_file(LIBRARY_PREFIX, suffix=".so")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(binary)
+        # dlopen needs a path: the bytes the program cache holds are handed over in memory (tempfiles.loadable_file),
+        # not written to disk a second time; once loaded, the mapping outlives the file
+        with tempfiles.loadable_file(binary, LIBRARY_PREFIX, suffix=".so") as path:
             try:
                 self.lib: Any = self.ffi.dlopen(path)
                 _LOADED_LIBRARIES.append((self.ffi, self.lib))
             except OSError as exc:
                 raise BackendError(f"cannot load the compiled program {name!r}: {exc}") from exc
-        finally:
-            Path(path).unlink(missing_ok=True)
         try:
             self.entry = getattr(self.lib, name)
         except AttributeError as exc:
