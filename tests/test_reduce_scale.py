@@ -9,8 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plygrad.frontend import Tensor, dtypes
+from plygrad.frontend.reduce import BLOCK, SPLIT_ABOVE
+from plygrad.runtime import GlobalCounters
 
 HALF = {"float16": (dtypes.float16, torch.float16), "bfloat16": (dtypes.bfloat16, torch.bfloat16)}
 
@@ -43,6 +47,47 @@ def test_blocked_sums_over_any_axes_match_float64(shape: tuple[int, ...], axis: 
     got = Tensor(x).sum(axis, keepdim=True).numpy()
     assert got.shape == exact.shape
     np.testing.assert_allclose(got, exact, rtol=0, atol=2e-6 * np.abs(x).sum())
+
+
+@settings(max_examples=12, deadline=None)
+@given(n=st.integers(SPLIT_ABOVE - 3, 3 * BLOCK + SPLIT_ABOVE + 5), outputs=st.sampled_from([1, 2, 3]),
+       op=st.sampled_from(["max", "min", "sum", "prod"]),
+       dtype=st.sampled_from(["int32", "int8", "uint16", "float32", "bool"]), seed=st.integers(0, 2**16))
+def test_long_reductions_into_few_outputs_are_staged_and_exact(n: int, outputs: int, op: str, dtype: str,
+                                                              seed: int) -> None:
+    """max/min/integer sums/products into few values run in stages (blocks, then a finish) and give NumPy's result:
+    the last block is padded with the op's identity (-inf or the integer minimum for max, 1 for products)."""
+    if op == "prod" and dtype == "float32":
+        dtype = "int32"  # a float product of 20000 values over- or underflows; integers wrap, exactly
+    rng = np.random.default_rng(seed)
+    x = (rng.integers(-100, 100, (outputs, n)) if dtype != "bool" else rng.random((outputs, n)) < 0.999)
+    x = x.astype(dtype)
+    if op == "prod":
+        x = np.where(rng.random(x.shape) < 0.98, np.ones_like(x), x)  # wraps, but not always to zero
+    t = Tensor(x)
+    result = getattr(t, op)(1)
+    kwargs = {} if op in ("max", "min") else {"dtype": result.dtype.numpy_name}
+    expected = getattr(np, op)(x, axis=1, **kwargs)
+    got = result.numpy()
+    if dtype.startswith("float"):
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_long_max_runs_in_stages_and_propagates_nan() -> None:
+    x = np.random.default_rng(3).standard_normal(3 * BLOCK * 2 + 7).astype(np.float32)
+    x[12345] = np.nan
+    assert np.isnan(Tensor(x).max().item())
+    x[12345] = 0.0
+    x[-1] = 99.0  # in the padded last block: the padding (-inf) must not win over it
+    assert Tensor(x).max().item() == 99.0 and Tensor(-x).min().item() == -99.0
+    counts = []
+    for size in (SPLIT_ABOVE, 3 * BLOCK * 2 + 7):
+        GlobalCounters.reset()
+        Tensor(x[:size]).max().realize()
+        counts.append(GlobalCounters.kernel_count)
+    assert counts[1] > counts[0], f"a max over more than SPLIT_ABOVE values should run in stages: {counts}"
 
 
 def test_gradient_flows_through_a_blocked_sum() -> None:

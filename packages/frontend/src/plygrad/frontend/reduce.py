@@ -5,12 +5,18 @@ scheduler strips for free. Sums accumulate in `sum_acc_dtype` (bool and narrow i
 float16 and bfloat16 accumulate in float32 and round once at the end, as PyTorch does, since a long half-precision
 running sum loses every small addend; mean, softmax and matmul of half floats also compute in float32 and round once.
 
-Long float sums are blocked (`_blocked_sum`): a sum over more than SPLIT_ABOVE elements becomes sums of blocks of
+Long float sums are blocked (`_blocked`): a sum over more than SPLIT_ABOVE elements becomes sums of blocks of
 BLOCK elements, then a sum of those partial sums (again blocked if there are many), so no accumulator ever adds more
 than BLOCK terms. A single running float32 sum stops growing at 2^24 (adding 1.0 to 16777216.0 gives 16777216.0)
 and its rounding error grows with n; blocked, the error grows like BLOCK * log_BLOCK(n) and 2^25 ones sum exactly.
-It also gives the first kernel one independent partial per block, which the CPU backend spreads over its cores.
-Every reduction kernel a scheduler or code generator makes from this graph keeps the property: it is in the graph.
+It also gives the first kernel one independent partial per block, which the CPU backend spreads over its cores and
+a GPU over its workgroups. Every reduction kernel a scheduler or code generator makes from this graph keeps the
+property: it is in the graph.
+
+Other long reductions with few outputs (max, integer sums, products over more than SPLIT_ABOVE elements into at
+most FEW_OUTPUTS values) are staged the same way, for that second reason alone: a full reduction in one kernel would
+be one serial loop on one core or one workgroup of a GPU. They are exact whatever the order (max, wrapping integer
+sums) or, for float products, as exact as any order; the padding of the last block is the op's identity.
 
 matmul is a broadcast multiply and a sum over the shared axis: the scheduler fuses the two into one kernel.
 """
@@ -28,6 +34,7 @@ Axis = int | Sequence[int] | None
 HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 SPLIT_ABOVE: Final = 1 << 14  # float sums over more elements than this are blocked
 BLOCK: Final = 1 << 12  # terms one accumulator adds at most in a blocked sum
+FEW_OUTPUTS: Final = 16  # a long max/integer sum/product into at most this many values is staged too
 
 
 class ReduceOps(MovementOps):
@@ -39,28 +46,40 @@ class ReduceOps(MovementOps):
         axes = self._axes(axis, name)
         if not axes:
             return self
-        if op is Ops.ADD and self.dtype.is_float and math.prod(self.shape[a] for a in axes) > SPLIT_ABOVE:
-            kept = self._blocked_sum(axes)
+        n = math.prod(self.shape[a] for a in axes)
+        outputs = math.prod(d for i, d in enumerate(self.shape) if i not in axes)
+        if n > SPLIT_ABOVE and ((op is Ops.ADD and self.dtype.is_float) or outputs <= FEW_OUTPUTS):
+            kept = self._blocked(op, axes)
         else:
             kept = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, axes)))
         return kept if keepdim else kept.reshape(tuple(n for i, n in enumerate(self.shape) if i not in axes))
 
-    def _blocked_sum(self, axes: tuple[int, ...]) -> Self:
-        """The float sum over `axes` (kept as size 1) with no accumulator adding more than BLOCK terms: the reduced
-        axes are moved last and flattened, zero-padded to whole blocks, and summed block by block, level after level
-        (see the module docstring)."""
+    def _blocked(self, op: Ops, axes: tuple[int, ...]) -> Self:
+        """The reduction `op` over `axes` (kept as size 1) in stages with no accumulator taking more than BLOCK
+        terms: the reduced axes are moved last and flattened, padded with the op's identity to whole blocks, and
+        reduced block by block, level after level (see the module docstring)."""
         kept_axes = tuple(i for i in range(self.ndim) if i not in axes)
         kept_shape = tuple(self.shape[i] for i in kept_axes)
         n = math.prod(self.shape[a] for a in axes)
         x = self.permute(*kept_axes, *axes).reshape(*kept_shape, n)
         while n > SPLIT_ABOVE:
             blocks = -(-n // BLOCK)
-            padded = x._pad_zeros(((0, 0),) * len(kept_shape) + ((0, blocks * BLOCK - n),))
+            pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * BLOCK - n),)
+            padded = x._pad_zeros(pairs) if op is Ops.ADD else x.pad(pairs, value=self._identity(op))
             x = padded.reshape(*kept_shape, blocks, BLOCK)
-            x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (Ops.ADD, (x.ndim - 1,)))).reshape(*kept_shape, blocks)
+            x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,)))).reshape(*kept_shape, blocks)
             n = blocks
-        total = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (Ops.ADD, (x.ndim - 1,))))
+        total = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,))))
         return total.reshape(tuple(1 if i in axes else d for i, d in enumerate(self.shape)))
+
+    def _identity(self, op: Ops) -> float | int | bool:
+        """x op identity == x for every x of this dtype: the padding of a staged reduction."""
+        if op is Ops.MUL:
+            return True if self.dtype.is_bool else 1
+        if op is Ops.ADD:
+            return False if self.dtype.is_bool else 0
+        assert op is Ops.MAX, op
+        return -math.inf if self.dtype.is_float else self.dtype.min
 
     def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Self:
         """The sum over `axis` (all axes when None; `()` reduces nothing, like NumPy). Bool and narrow integers
