@@ -59,6 +59,26 @@ def test_a_second_cpu_device_still_works() -> None:
     np.testing.assert_array_equal(t.to("CPU").numpy(), [1.0, 2.0])
 
 
+def test_copies_between_cpu_devices_use_the_allocators_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """COPY asks the destination allocator for a direct transfer first (NV: device to device or peer); the CPU
+    backend does one memmove between CPU and CPU:1, no staging through a host bytearray."""
+    from plygrad.backends.cpu.allocator import CFFIAllocator
+
+    calls = []
+    transfer = CFFIAllocator.transfer
+
+    def counted(self: CFFIAllocator, *args: object) -> bool:
+        result = transfer(self, *args)  # type: ignore[arg-type]
+        calls.append(result)
+        return result
+
+    monkeypatch.setattr(CFFIAllocator, "transfer", counted)
+    x = np.random.default_rng(0).standard_normal((3, 70)).astype(np.float32)
+    moved = (Tensor(x, device="CPU:1") * 2).to("CPU") + 1
+    np.testing.assert_array_equal(moved.numpy(), x * 2 + 1)
+    assert calls and all(calls)
+
+
 def test_an_unknown_default_device_fails_when_realized(monkeypatch: pytest.MonkeyPatch) -> None:
     # naming the default opens nothing (graphs can be built with no backend installed); running on it raises
     monkeypatch.setenv("PLYGRAD_DEVICE", "FOO")

@@ -11,7 +11,7 @@ from plygrad.backends.nv.driver import CudaDriver, CudaOutOfMemoryError
 from plygrad.backends.nv.target import cuda_target
 from plygrad.ir.target import Target
 from plygrad.runtime.errors import BackendError, CompileError
-from plygrad.runtime.plugin import Compiler
+from plygrad.runtime.plugin import Allocator, Compiler
 
 CUBIN = b"\x7fELF" + bytes(60)  # the fake driver only looks at the magic
 
@@ -110,10 +110,27 @@ def test_copies_between_devices_go_peer_to_peer_and_within_one_device_to_device(
     assert isinstance(a, NVAllocator) and isinstance(b, NVAllocator)
     src, same, other = a.alloc(4), a.alloc(4), b.alloc(4)
     a.copyin(src, memoryview(b"\x01\x02\x03\x04"))
-    a.copy_from(same, a, src, 4)
-    b.copy_from(other, a, src, 4)
+    assert a.transfer(same, a, src, 4)
+    assert b.transfer(other, a, src, 4)
     assert fake.memory[same] == fake.memory[other] == bytearray(b"\x01\x02\x03\x04")
-    assert fake.calls[-2:] == ["dtod", "peer 0xc0 -> 0xc1"]
+    assert fake.calls[-3:] == ["dtod", "sync 0xc0", "peer 0xc0 -> 0xc1"]
+    assert not a.transfer(same, _HostAllocator(), 0, 4), "another kind of device goes through the host"
+
+
+class _HostAllocator(Allocator[int]):
+    """Another backend's allocator: NV cannot read it directly."""
+
+    def alloc(self, nbytes: int) -> int:
+        return 0
+
+    def free(self, handle: int) -> None:
+        return
+
+    def copyin(self, handle: int, src: memoryview) -> None:
+        return
+
+    def copyout(self, dst: memoryview, handle: int) -> None:
+        return
 
 
 def test_launch_passes_buffers_then_variables_in_the_devices_context() -> None:

@@ -216,7 +216,10 @@ def launch(device: str, loaded: LoadedProgram, handles: list[object], vals: Sequ
 
 
 def copy_buffer(dst: Buffer, src: Buffer) -> None:
-    """COPY through host memory: correct between any two devices (a backend-to-backend path can come later)."""
+    """COPY: by the destination allocator's `transfer` where it can (one GPU, two peer GPUs, host memory), else
+    through host memory, which is correct between any two devices."""
+    if src.nbytes and dst.backend.allocator.transfer(dst.handle, src.backend.allocator, src.handle, src.nbytes):
+        return
     staging = bytearray(src.nbytes)
     src.copyout_into(staging)
     dst.copyin(staging)

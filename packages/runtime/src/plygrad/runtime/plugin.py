@@ -75,6 +75,13 @@ class Allocator(ABC, Generic[Handle]):
     def copyout(self, dst: memoryview, handle: Handle) -> None:
         """Copy the first `len(dst)` bytes of the allocation into the writable host buffer `dst`."""
 
+    def transfer(self, dst: Handle, source: Allocator[Any], src: Any, nbytes: int) -> bool:
+        """Copy `nbytes` from `source`'s allocation `src` into `dst` without the host, if this allocator can
+        (the same device, a peer device of its kind); return False where it cannot, and the runtime's COPY goes
+        through host memory instead. The copy must see every write already launched to `src` and come before
+        any launch that follows on this device. Optional: the default says it cannot."""
+        return False
+
 
 class Compiler(ABC):
     """Turns rendered source into a binary the backend can `load`."""

@@ -64,16 +64,21 @@ class NVAllocator(Allocator[int]):
             self.device.activate()
             self.driver.copy_to_host(ctypes.addressof(host), handle, dst.nbytes)
 
-    def copy_from(self, dst: int, source: NVAllocator, src: int, nbytes: int) -> None:
-        """Copy `nbytes` from `source`'s allocation `src` without the host: on one GPU a device-to-device copy,
-        between two a peer copy. (The runtime's COPY goes through the host today; this is the faster path.)"""
-        if not nbytes:
-            return
-        self.device.activate()
-        if source.device.context == self.device.context:
-            self.driver.copy_on_device(dst, src, nbytes)
-        else:
-            self.driver.copy_peer(dst, self.device.context, src, source.device.context, nbytes)
+    def transfer(self, dst: int, source: Allocator[Any], src: Any, nbytes: int) -> bool:
+        """The runtime's COPY between NV devices, without the host: on one GPU a device-to-device copy (ordered on
+        the default stream after the kernels launched before it), between two a peer copy after the source GPU
+        finished what it was running (cuMemcpyPeer orders against the destination context only)."""
+        if not isinstance(source, NVAllocator):
+            return False
+        if nbytes:
+            if source.device.context == self.device.context:
+                self.device.activate()
+                self.driver.copy_on_device(dst, src, nbytes)
+            else:
+                source.device.synchronize()
+                self.device.activate()
+                self.driver.copy_peer(dst, self.device.context, src, source.device.context, nbytes)
+        return True
 
 
 def _unload(driver: CudaDriver, context: int, module: int) -> None:
