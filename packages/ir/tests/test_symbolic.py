@@ -16,6 +16,7 @@ from plygrad.ir.evaluate import evaluate
 from plygrad.ir.ops import Ops
 from plygrad.ir.rewrite import Order, PatternMatcher, graph_rewrite
 from plygrad.ir.symbolic import algebraic, constant_folding, index_math, simplify, symbolic
+from plygrad.ir.symbolic import counter_bits as counter_bit_rules
 from plygrad.ir.uop import UOp
 
 PROPERTY = settings(deadline=None)  # max_examples comes from the hypothesis profile (conftest.py)
@@ -306,3 +307,48 @@ def test_casts_of_constants_fold_like_numpy(src: UOp, dtype: DType, op: Ops) -> 
     folded = simplify(UOp(op, dtype, (src,)))
     assert folded.op is Ops.CONST
     assert folded.arg == want.item()
+
+
+# ---- a counter's bits back to its index (merge_bits and the cast lifting around it) --------------------------------
+def counter_bits(x: UOp, n: int, dtype: DType) -> UOp:
+    """What the frontend's `arange(n)` becomes in a kernel at position x: one padded constant per bit, summed in
+    `dtype` (the top bit's `% 2` is gone when x // 2^(k-1) is already 0 or 1, as the symbolic rules leave it)."""
+    k = max((n - 1).bit_length(), 1)
+    total: UOp | None = None
+    for j in range(k):
+        bit = (x // idx(2**j)) % idx(2) if j else x % idx(2)
+        term = (idx(0) < bit).where(UOp.const(dtype, 2**j), UOp.const(dtype, 0))
+        total = term if total is None else total + term
+    assert total is not None
+    return total
+
+
+@PROPERTY
+@given(n=st.integers(2, 70000), dtype=st.sampled_from([dtypes.int32, dtypes.int64, dtypes.uint32]))
+def test_a_counters_bits_fold_back_to_the_index(n: int, dtype: DType) -> None:
+    x = UOp.variable("x", 0, n - 1)
+    assert graph_rewrite(counter_bits(x, n, dtype), symbolic + counter_bit_rules, order=Order.BOTTOM_UP) \
+        is x.cast(dtype)
+
+
+@PROPERTY
+@given(n=st.integers(2, 300), lo=st.integers(-300, 0), seed=st.integers(0, 2**16))
+def test_bit_rules_keep_values_where_they_do_not_fold(n: int, lo: int, seed: int) -> None:
+    """x may be negative, the dtype narrow (int8 wraps): whatever folds or not, every value stays the same."""
+    x = UOp.variable("x", lo, lo + n)
+    for dtype in (dtypes.int8, dtypes.int16, dtypes.int32):
+        expr = counter_bits(x, n + 1, dtype)
+        simple = graph_rewrite(expr, symbolic + counter_bit_rules, order=Order.BOTTOM_UP)
+        rng = random.Random(seed)
+        for value in {lo, lo + n, *(rng.randint(lo, lo + n) for _ in range(8))}:
+            assert evaluate(simple, {"x": value}) == evaluate(expr, {"x": value}), (dtype, value)
+
+
+def test_lifting_a_cast_stops_where_the_narrow_dtype_would_wrap() -> None:
+    x = UOp.variable("x", 0, 200)
+    rules = symbolic + counter_bit_rules
+    wraps = x.cast(dtypes.int8) * UOp.const(dtypes.int8, 2)  # 200 * 2 leaves int8: the wrapping MUL must stay
+    assert graph_rewrite(wraps, rules).op is Ops.MUL and graph_rewrite(wraps, rules).dtype is dtypes.int8
+    fits = x.cast(dtypes.int16) * UOp.const(dtypes.int16, 2)
+    assert graph_rewrite(fits, rules) is (x * idx(2)).cast(dtypes.int16)
+    assert simplify(counter_bits(x, 201, dtypes.int32)) is not x.cast(dtypes.int32), "not in `symbolic` itself"

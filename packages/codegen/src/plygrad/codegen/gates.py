@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from plygrad.ir import DTypeKind, Ops, PatternMatcher, UOp, UPat, dtypes, symbolic
+from plygrad.ir import DTypeKind, Ops, PatternMatcher, UOp, UPat, counter_bits, dtypes, symbolic
 
 
 def drop_true_gate(idx: UOp) -> UOp | None:
@@ -32,4 +32,5 @@ gate_folding: Final = PatternMatcher([
     (UPat(Ops.LOAD, src=(_gated,), name="ld", allow_any_len=True), load_false_gate),
 ], name="gate_folding")
 
-simplify_rules: Final = symbolic + gate_folding
+# counter_bits: `arange` back to the loop variable, for gather.py (plygrad.ir.symbolic says why it is separate)
+simplify_rules: Final = symbolic + counter_bits + gate_folding

@@ -5,6 +5,7 @@
 1. `verify`: the input is a KERNEL-stage graph (checked when it is decoded from bytes or, in process, here);
 2. `simplify`: plygrad.ir's symbolic rules on the index math, and gates they decide (gates.py);
    `unshare_ranges`: a REDUCE over a RANGE that another REDUCE also uses gets its own copy (expand.py);
+   `gather`: a one-hot selection REDUCE (`idx == r ? x(r) : 0` over r) becomes a gated load at idx (gather.py);
 3. `optimize`: the explicit optimization stage (opts.py): the given `Opt`s, or the heuristic's (heuristic.py);
    `gpu_dims`: on a target with workgroups, output loops become GLOBAL (launch) ranges (gpu.py);
 4. `expand_upcast`: UPCAST ranges become unrolled stores (expand.py), one contiguous UPCAST axis of a vector
@@ -26,6 +27,7 @@ from typing import Final
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.expand import RegSlots, expand_upcast, lower_reduce, unshare_reduce_ranges
 from plygrad.codegen.gates import simplify_rules
+from plygrad.codegen.gather import gathers_to_loads
 from plygrad.codegen.gpu import LaunchContext, gpu_dims, group_reduce, shared_output_ranges
 from plygrad.codegen.heuristic import choose_opts
 from plygrad.codegen.linearize import linearize
@@ -92,6 +94,10 @@ def _unshare_ranges(state: Lowering) -> Lowering:
     return replace(state, kernel=unshare_reduce_ranges(state.kernel))
 
 
+def _gather(state: Lowering) -> Lowering:
+    return replace(state, kernel=gathers_to_loads(state.kernel))
+
+
 def _optimize(state: Lowering) -> Lowering:
     already = state.kernel.arg.opts if isinstance(state.kernel.arg, KernelInfo) else ()
     opts = tuple(state.opts) if state.opts is not None else tuple(choose_opts(state.kernel, state.target))
@@ -138,6 +144,7 @@ PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("verify", _verify),
     ("simplify", _simplify),
     ("unshare_ranges", _unshare_ranges),
+    ("gather", _gather),
     ("optimize", _optimize),
     ("gpu_dims", _gpu_dims),
     ("expand_upcast", _expand_upcast),

@@ -27,7 +27,7 @@ import numpy as np
 from plygrad.frontend import random, scheduling
 from plygrad.frontend.lazy import LazyTensor, Scalar, buffer_view
 from plygrad.frontend.scan import ScanOps
-from plygrad.ir import DType, DTypeError, DTypeKind, ShapeError, broadcast_shapes, dtypes
+from plygrad.ir import DType, DTypeError, DTypeKind, Ops, ShapeError, UOp, broadcast_shapes, dtypes
 from plygrad.runtime import Buffer
 
 AnyIndex: TypeAlias = "int | slice | EllipsisType | bool | LazyTensor | Sequence[Any] | np.ndarray[Any, Any] | None"
@@ -112,6 +112,16 @@ class IndexingOps(ScanOps):
         assert mask is not None
         return batch, mask._broadcast_to((*batch, *sizes))
 
+    def _pick(self, axes: tuple[int, ...]) -> Self:
+        """The sum over `axes` of a one-hot selection (`mask.where(values, 0)` with at most one true mask element
+        along them): a plain REDUCE in the values' own dtype (OR for bool), exact since every other term is zero,
+        so it is neither blocked nor widened like `sum` (reduce.py). Codegen turns such a REDUCE over an
+        `index == position` test into a load at the index (codegen/gather.py): O(result), not O(result x axis)."""
+        kept = tuple(a % self.ndim for a in axes)
+        op = Ops.MAX if self.dtype.is_bool else Ops.ADD
+        reduced = self._new(UOp(Ops.REDUCE, self.dtype, (self.uop,), (op, tuple(sorted(kept)))))
+        return reduced.reshape(tuple(n for i, n in enumerate(self.shape) if i not in kept))
+
     @staticmethod
     def _result_order(n_rest: int, n_batch: int, place: int | None) -> list[int]:
         """Where the index dimensions B go among the other axes R of an indexed result (R + B order in, the
@@ -133,7 +143,7 @@ class IndexingOps(ScanOps):
         values = self.permute(*rest, *axes).reshape(*r_shape, *(1,) * len(batch), *sizes)._broadcast_to(full)
         hit = mask.reshape(*(1,) * len(rest), *batch, *sizes)._broadcast_to(full)
         chosen = hit.permute(*order).where(values.permute(*order), 0)
-        return chosen.sum(tuple(range(len(full) - len(sizes), len(full))))._cast_to(self.dtype)
+        return chosen._pick(tuple(range(len(full) - len(sizes), len(full))))._cast_to(self.dtype)
 
     def _scatter_axes(self, axes: Sequence[int], indices: Sequence[Self], value: Self) -> Self:
         """`self` with `value` (in R + B order: the axes not indexed, then the indices' broadcast shape) written at
@@ -153,7 +163,7 @@ class IndexingOps(ScanOps):
         chosen = mask.logical_and(order.eq(winner._broadcast_to(mask.shape)))._broadcast_to(full)
         lifted = value._cast_to(self.dtype).reshape(*(1 if a in axes else n for a, n in enumerate(self.shape)),
                                                      *batch)._broadcast_to(full)
-        written = chosen.where(lifted, 0).sum(b_axes)._cast_to(self.dtype)
+        written = chosen.where(lifted, 0)._pick(b_axes)._cast_to(self.dtype)
         hit = winner.reshape(in_place).ge(0)._broadcast_to(self.shape)
         return hit.where(written, self)
 
@@ -430,7 +440,7 @@ class IndexingOps(ScanOps):
         # the indexed axis moves to a new last axis m; out[..., i, ...] = sum_m x[..., m, ...] * (index == m)
         values = x.unsqueeze(-1).transpose(axis, -1)._broadcast_to((*idx.shape, n))
         mask = idx.unsqueeze(-1).eq(self._counter(n))
-        return mask.where(values, 0).sum(-1)._cast_to(self.dtype)
+        return mask.where(values, 0)._pick((-1,))._cast_to(self.dtype)
 
     def take_along_dim(self, indices: LazyTensor, dim: int | None = None) -> Self:
         """PyTorch's take_along_dim: gather with `self` and `indices` broadcast on every axis but `dim`
@@ -511,7 +521,7 @@ class IndexingOps(ScanOps):
         order = self._counter(k).reshape(*(1,) * self.ndim, k)._broadcast_to(hit.shape)
         winner = hit.where(order, -1).max(-1, keepdim=True)  # the last index entry naming each element
         chosen = hit.logical_and(order.eq(winner._broadcast_to(hit.shape)))
-        written = chosen.where(values, 0).sum(-1)._cast_to(self.dtype)
+        written = chosen.where(values, 0)._pick((-1,))._cast_to(self.dtype)
         return winner.reshape(self.shape).ge(0).where(written, self)
 
     def scatter_reduce(self, dim: int, index: LazyTensor, src: LazyTensor | Scalar, reduce: ScatterReduce,

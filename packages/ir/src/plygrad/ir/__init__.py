@@ -35,7 +35,7 @@ from plygrad.ir.scalar import bitcast_value, cast_value, exec_alu, truncate
 from plygrad.ir.serialize import deserialize, deserialize_target, serialize, serialize_target
 from plygrad.ir.shape import Shape, broadcast_shapes
 from plygrad.ir.stage import Stage
-from plygrad.ir.symbolic import simplify, symbolic
+from plygrad.ir.symbolic import counter_bits, simplify, symbolic
 from plygrad.ir.target import Target, TensorCore
 from plygrad.ir.text import from_text, to_text
 from plygrad.ir.uop import UOp
@@ -80,6 +80,7 @@ __all__ = [
     "bitcast_value",
     "broadcast_shapes",
     "cast_value",
+    "counter_bits",
     "deserialize",
     "deserialize_target",
     "dtype_text",

@@ -399,6 +399,82 @@ def mod_coefficients(x: UOp, e: UOp, c: UOp) -> UOp | None:
     return UOp(Ops.MOD, x.dtype, (_build_sum(x.dtype, reduced, const), c))
 
 
+# ---- a counter's bits back to its index ---------------------------------------------------------------------------
+# (the `counter_bits` table at the bottom of this file, kept out of `symbolic`: see there)
+# `Tensor.arange(n)` (the frontend's counter) is a sum of padded constants, one per bit: in a kernel it arrives as
+#   sum_k WHERE(0 < (r // 2^k) % 2, 2^k, 0)      in the counter's dtype (int32)
+# which is just r. These rules take it back there, so `idx == arange(n)` compares with the loop variable and a
+# one-hot gather can become a load (codegen/gather.py): a bit select becomes a product with the bit, integer
+# products and sums of casts from `index` move into `index` where the bounds show nothing wraps, and in `index`
+# the bit terms merge: x % d + ((x // d) % 2) * d = x % (2d), and x % d + (x // d) * d = x (truncating division
+# makes both hold for every x).
+def bit_select(w: UOp, x: UOp, c: UOp) -> UOp | None:
+    """WHERE(0 < x, c, 0) -> CAST(x) * c for an integer x that is 0 or 1."""
+    if x.dtype not in INTS or x.vmin < 0 or x.vmax > 1:
+        return None
+    return UOp(Ops.MUL, w.dtype, (x.cast(w.dtype), c))
+
+
+def _fits(dtype: DType, lo: ConstType, hi: ConstType) -> bool:
+    return dtype.min <= lo and hi <= dtype.max
+
+
+def lift_cast_mul(x: UOp, y: UOp, c: UOp) -> UOp | None:
+    """CAST(y: index) * c -> CAST(y * c) when no product leaves the dtype (so the wrapping op never wraps)."""
+    if y.dtype is not dtypes.index or x.dtype is dtypes.index:
+        return None
+    product = UOp(Ops.MUL, dtypes.index, (y, _const(dtypes.index, c.arg)))
+    return product.cast(x.dtype) if _fits(x.dtype, product.vmin, product.vmax) else None
+
+
+def lift_cast_add(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    """CAST(a: index) + CAST(b: index) -> CAST(a + b) when no sum leaves the dtype."""
+    if a.dtype is not dtypes.index or b.dtype is not dtypes.index or x.dtype is dtypes.index:
+        return None
+    total = UOp(Ops.ADD, dtypes.index, (a, b))
+    return total.cast(x.dtype) if _fits(x.dtype, total.vmin, total.vmax) else None
+
+
+def _bit_of(base: UOp) -> tuple[UOp, int, bool] | None:
+    """(x, d, top) when base is (x // d) % 2 (top False) or x // d (top True), with d > 0 a constant."""
+    top = base.op is Ops.IDIV
+    inner = base if top else base.src[0] if base.op is Ops.MOD and base.src[1].arg == 2 else None
+    if inner is None or inner.op is not Ops.IDIV or inner.src[1].op is not Ops.CONST or inner.src[1].arg <= 0:
+        return None
+    return inner.src[0], int(inner.src[1].arg), top
+
+
+def merge_bits(x: UOp) -> UOp | None:
+    """In an index sum, k*(x % d) + k*d*((x // d) % 2) -> k*(x % (2d)) and k*(x % d) + k*d*(x // d) -> k*x, as
+    often as they apply: the lowest bit x % 2 grows to x % 4, x % 8, ... and the top bit's x // d closes it to x."""
+    found = _linear_terms(x)
+    if found is None:
+        return None
+    terms, consts = found
+    merged: dict[UOp, int] = {}
+    for base, k in terms:
+        merged[base] = merged.get(base, 0) + k
+    changed = False
+    progress = True
+    while progress:
+        progress = False
+        for base, k in list(merged.items()):
+            bit = _bit_of(base)
+            if bit is None or k == 0:
+                continue
+            value, d, top = bit
+            rest = UOp(Ops.MOD, dtypes.index, (value, _const(dtypes.index, d)))
+            if d == 1 or k % d or merged.get(rest) != k // d:
+                continue
+            del merged[base]
+            del merged[rest]
+            joined = value if top else UOp(Ops.MOD, dtypes.index, (value, _const(dtypes.index, 2 * d)))
+            merged[joined] = merged.get(joined, 0) + k // d
+            changed = progress = True
+            break
+    return _build_sum(x.dtype, merged, sum(consts)) if changed else None
+
+
 _ALU_OPS: Final = tuple(GroupOp.ALU)
 _x_idx = UPat.var("x", dtypes.index)
 
@@ -421,6 +497,18 @@ index_math = PatternMatcher([
 ], name="index_math")
 
 symbolic: Final = constant_folding + algebraic + index_math
+
+# Not part of `symbolic`: merging a sum of bit terms into one `x % 2^k` is exact but hides the terms from a prover
+# that reasons term by term (the runtime's bounds check: a gate constrains `(x // 2) % 2`, the merged index has
+# only `x % 8`). Codegen applies it after that check (codegen/gather.py needs `arange` as the loop variable).
+counter_bits: Final = PatternMatcher([
+    (UPat(Ops.WHERE, INTS, src=(UPat(Ops.CMPLT, src=(UPat(Ops.CONST, arg=0), UPat.var("x"))), UPat.cvar("c"),
+                                UPat(Ops.CONST, arg=0)), name="w"), bit_select),
+    (UPat(Ops.MUL, INTS, src=[UPat(Ops.CAST, src=(UPat.var("y"),)), UPat.cvar("c")], name="x"), lift_cast_mul),
+    (UPat(Ops.ADD, INTS, src=(UPat(Ops.CAST, src=(UPat.var("a"),)), UPat(Ops.CAST, src=(UPat.var("b"),))),
+          name="x"), lift_cast_add),
+    (UPat(Ops.ADD, dtypes.index, name="x"), merge_bits),
+], name="counter_bits")
 
 
 def simplify(uop: UOp) -> UOp:

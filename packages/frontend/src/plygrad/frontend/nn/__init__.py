@@ -313,10 +313,11 @@ class Embedding:
         if not idx.dtype.is_int:
             raise DTypeError(f"Embedding: indices must be integers, got {idx.dtype}; "
                              "cast them with .cast(dtypes.int32)")
-        # a one-hot comparison against 0..vocab-1 selects the row; it stays elementwise + one reduce, so it fuses,
-        # and its gradient (a where) scatters into exactly the rows that were looked up
+        # a one-hot comparison against 0..vocab-1 selects the row (an index outside it gives zeros); codegen turns
+        # the selection into a load of that row (codegen/gather.py), and its gradient (a where) scatters into
+        # exactly the rows that were looked up
         hit = idx.unsqueeze(-1).eq(Tensor.arange(self.vocab_size, device=idx.device)).unsqueeze(-1)
-        return hit.where(self.weight, 0.0).sum(-2).cast(self.weight.dtype)
+        return hit.where(self.weight, 0.0)._pick((-2,)).cast(self.weight.dtype)
 
 
 class LSTMCell:
