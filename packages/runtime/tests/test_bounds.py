@@ -131,6 +131,17 @@ def test_accesses_that_never_run_pass() -> None:
     assert index_bounds(i + 100, (i < 2) & (UOp.const(IDX, 2) < i)) is None
 
 
+def test_accesses_under_an_empty_loop_they_do_not_index_pass() -> None:
+    """An empty tensor's loop nest (a range of size 0 around the store, absent from its index: the gradient of
+    `x[1:, []]`) runs nothing, whatever the index names; with the range of size 1 it is a violation again."""
+    for size, violations in ((0, 0), (1, 1)):
+        empty, j = rng(size, 0), rng(2, 1)
+        assert len(find_violations(kernel(param(0, 0), j, load(param(1, 2), j), [empty, j]), [0, 2])) == violations
+    empty, j, r = rng(2, 0), rng(2, 1), UOp.range(0, 2, AxisType.REDUCE)
+    summed = UOp(Ops.REDUCE, F32, (load(param(1, 0), j + r), r), Ops.ADD)  # reads nothing: its loop is empty
+    assert find_violations(kernel(param(0, 4), empty * 2 + j, summed, [empty, j]), [4, 0]) == []
+
+
 def test_a_variable_loop_bound_is_checked_at_its_maximum() -> None:
     """The bound must hold for every value the variable may take, not only the one bound today (a replay may
     give another)."""

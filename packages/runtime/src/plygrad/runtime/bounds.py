@@ -81,11 +81,32 @@ class _UnreachableError(Exception):
     """The constraints leave no value for some term: the access never runs (an empty loop, a gate never true)."""
 
 
+def _runs(sink: UOp) -> set[UOp]:
+    """The nodes of `sink` that run at all: not only under an END or REDUCE over a range of constant size 0 (an
+    empty tensor's loop nest, where the index of a store may still name elements the empty buffer lacks)."""
+    seen: set[UOp] = set()
+    todo = [sink]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op in (Ops.END, Ops.REDUCE) and any(
+                r.op is Ops.RANGE and r.src[0].op is Ops.CONST and r.src[0].arg == 0 for r in node.src[1:]):
+            continue
+        todo.extend(node.src)
+    return seen
+
+
 def kernel_accesses(sink: UOp) -> list[Access]:
-    """Every LOAD and STORE of a KERNEL-stage SINK that goes through a PARAM, in topological order."""
+    """Every LOAD and STORE of a KERNEL-stage SINK that goes through a PARAM and runs (`_runs`), in topological
+    order."""
     found: list[Access] = []
+    runs = _runs(sink)
     for node in sink.toposort:
         if node.op not in (Ops.LOAD, Ops.STORE) or not node.src or node.src[0].op is not Ops.INDEX:
+            continue
+        if node not in runs:
             continue
         index = node.src[0]
         if index.src[0].op is not Ops.PARAM:
