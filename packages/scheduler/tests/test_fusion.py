@@ -42,9 +42,21 @@ def test_softmax_is_at_most_three_kernels() -> None:
     assert kernel_count(fused) <= 3
 
 
-def test_reduce_read_through_expand_is_realized_once() -> None:
+def test_reduce_read_through_a_trailing_expand_fuses_into_its_consumer() -> None:
+    """x - mean(x, 1): the mean depends only on the outer loop of the consumer, so it is computed once per row
+    there (codegen hoists it) and the whole thing is one kernel."""
     x = buffer(0, (4, 6))
     mean = reduce(x, Ops.ADD, (1,)) * const(1 / 6, (4, 1))
+    centered = x - expand_to(mean, (4, 6))
+    fused, _ = check(sink(centered))
+    assert kernel_count(fused) == 1
+
+
+def test_reduce_read_through_a_leading_expand_is_realized_once() -> None:
+    """x - mean(x, 0): fused, the mean over rows would be recomputed for every row (it depends on the inner loop
+    of the consumer), so it gets its own kernel."""
+    x = buffer(0, (4, 6))
+    mean = reduce(x, Ops.ADD, (0,)) * const(1 / 4, (1, 6))
     centered = x - expand_to(mean, (4, 6))
     fused, _ = check(sink(centered))
     assert kernel_count(fused) == 2

@@ -543,10 +543,17 @@ class NNOps(ActivationOps):
             attn_mask = self._counter(cols).reshape(1, cols).le(self._counter(rows).reshape(rows, 1))
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype.is_bool else scores.add(attn_mask)
-        weights = scores.softmax(-1)
+        # softmax(scores) @ v with the division by the row sums after the product, (e @ v) / sum(e): the max, the
+        # sum and the product then fuse into one kernel (the row statistics reach it through trailing broadcasts,
+        # docs/scheduler.md rule 4), where softmax's division would need the sums broadcast across the product's
+        # middle axis. Half floats compute in float32 and round once, as softmax does.
+        wide = scores._cast_to(dtypes.float32) if scores.dtype in (dtypes.float16, dtypes.bfloat16) else scores
+        e = wide.sub(wide.max(-1, keepdim=True)).exp()
+        total = e.sum(-1, keepdim=True)
         if dropout_p:
-            weights = weights.dropout(dropout_p)
-        return weights.matmul(value)
+            e = e.dropout(dropout_p)
+        out = e.matmul(value._cast_to(wide.dtype) if value.dtype.is_float else value).div(total)
+        return out._cast_to(result_dtype(scores.dtype, value.dtype))
 
     def dropout(self, p: float = 0.5) -> Self:
         """Zero each element with probability p and scale the rest by 1/(1-p), only while `Tensor.training`

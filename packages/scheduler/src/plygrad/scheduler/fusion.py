@@ -11,10 +11,14 @@ inline REDUCEs). The rules of the fusing scheduler:
    computed from constants alone: such a COPY only names the device to compute it on, and its kernel computes it).
 3. Elementwise nodes are never roots on their own account: a node used by several consumers is recomputed in each
    (cheap, and it saves a round trip through memory).
-4. A REDUCE is fused into the kernel of its consumer when the path up from it to that kernel's root is a chain of
-   single-use elementwise ops (e.g. `x.sum(1, keepdim) * 2`): the consumer then loops over exactly the reduce's
-   output shape, so the reduce runs once per output element. Otherwise (several users, a movement op above it such
-   as the EXPAND of softmax's max, or another REDUCE above it) the REDUCE is a root. Producers of a REDUCE are
+4. A REDUCE is fused into the kernel of its consumer when every path up from it reaches that one kernel's root
+   through nodes that are not roots and it stays computed once per index of the loops it depends on: those must be
+   the kernel's outermost loops, since codegen computes a value in the innermost loop it needs (linearize.py). So
+   elementwise ops, RESHAPE/PERMUTE/FLIP (`x.sum(1) + y`, a conv's output permuted and its bias added), REDUCEs
+   fused too, and EXPANDs that repeat it along axes inside the ones it depends on (softmax's
+   `x - x.max(-1, keepdim=True)`, layernorm's statistics, attention's row max and sum) keep it fused; an EXPAND
+   along an outer axis (`x - x.mean(0)`: it would run once per element), a SHRINK/PAD, or users in two kernels
+   make the REDUCE a root. Producers of a REDUCE are
    always fused into it.
 
 (Rule 5, several outputs in one kernel, is schedule.py's.)
@@ -82,21 +86,74 @@ def users_of(order: Sequence[UOp]) -> dict[UOp, list[UOp]]:
     return users
 
 
+def _loops(shape: tuple[int, ...]) -> list[int]:
+    """The axes of `shape` that are loops in a kernel over it (size-1 axes have none), outermost first."""
+    return [k for k, n in enumerate(shape) if n != 1]
+
+
+def _is_prefix(deps: frozenset[int], shape: tuple[int, ...]) -> bool:
+    """Whether the axes a value depends on are the outermost loops: codegen (linearize.py) computes a value in the
+    innermost loop it depends on, so it then runs once per index of those loops, not once per element."""
+    return set(_loops(shape)[:len(deps)]) == deps
+
+
+def _carry(user: UOp, src: UOp, deps: frozenset[int]) -> frozenset[int] | None:
+    """The axes of `user` that a value depending on axes `deps` of its source `src` depends on, if it is still
+    computed once per index of its outermost loops there; None where it would be recomputed (or cannot say)."""
+    before, after = src.shape, user.shape
+    if before is None or after is None:
+        return None
+    full = deps == frozenset(_loops(before))
+    if user.op in GroupOp.Elementwise:
+        new = deps
+    elif user.op in (Ops.RESHAPE, Ops.FLIP) and full:
+        new = frozenset(_loops(after))  # elements map one to one: still once per element
+    elif user.op is Ops.PERMUTE:
+        new = frozenset(user.arg.index(k) for k in deps)
+    elif user.op is Ops.EXPAND:
+        new = deps  # repeated axes were of size 1: not among the loops the value depends on
+    elif user.op is Ops.REDUCE:
+        new = deps - frozenset(user.arg[1])  # its loops over the reduced axes run inside, where the value is read
+    else:
+        return None
+    return new if _is_prefix(new, after) else None
+
+
 def _reduce_fuses_up(reduce: UOp, users: dict[UOp, list[UOp]], roots: set[UOp]) -> bool:
-    """Rule 4: does a chain of single-use elementwise ops lead from `reduce` to a kernel root?"""
-    cur = reduce
-    while True:
+    """Rule 4: do all paths up from `reduce` lead to one kernel root, through nodes that are not roots, where it
+    stays computed once per index of the loops it depends on (`_carry`)?"""
+    shape = reduce.shape
+    if shape is None:
+        return False
+    target: UOp | None = None
+    todo: list[tuple[UOp, frozenset[int]]] = [(reduce, frozenset(_loops(shape)))]
+    seen: set[tuple[UOp, frozenset[int]]] = set()
+    while todo:
+        cur, deps = todo.pop()
+        if (cur, deps) in seen:
+            continue
+        seen.add((cur, deps))
         if cur is not reduce and cur in roots:
-            return True
+            if target is not None and target is not cur:
+                return False
+            target = cur
+            continue
         above = users[cur]
-        if len(above) != 1:
+        if not above:
             return False
-        user = above[0]
-        if user.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
-            return user.op is Ops.CONTIGUOUS or user.src[1] is cur
-        if user.op not in GroupOp.Elementwise:
-            return False
-        cur = user
+        for user in above:
+            if user.op in (Ops.CONTIGUOUS, Ops.ASSIGN):
+                if (user.op is Ops.ASSIGN and user.src[1] is not cur) or (target is not None and target is not user):
+                    return False
+                target = user
+                continue
+            if user.op is Ops.REDUCE and (user in roots or user is reduce):
+                return False
+            carried = _carry(user, cur, deps)
+            if carried is None:
+                return False
+            todo.append((user, carried))
+    return target is not None
 
 
 @dataclass
