@@ -165,14 +165,38 @@ def lower_uop(kernel: UOp, target: Target, opts: Sequence[Opt] | None = None) ->
     return state.program
 
 
-def lower(kernel: bytes, target: bytes) -> bytes:
-    """The `plygrad.codegen` entry point: KERNEL-stage bytes and `Target.to_bytes()` in, PROGRAM bytes out."""
+def lower(kernel: bytes, target: bytes, opts: bytes | None = None) -> bytes:
+    """The `plygrad.codegen` entry point: KERNEL-stage bytes and `Target.to_bytes()` in, PROGRAM bytes out.
+
+    `opts`, when given, is an optimization list written by `opts_to_bytes` (a search such as the runtime's BEAM
+    chose it): it replaces the heuristic's choice, and an action that does not apply raises OptError. An empty list
+    means no optimization at all; None, the heuristic."""
     try:
         graph = deserialize(kernel, Stage.KERNEL)
         tgt = Target.from_bytes(target)
     except IRError as e:
         raise CodegenError(f"codegen.lower needs KERNEL-stage graph bytes and Target bytes: {e}") from e
-    return serialize(lower_uop(graph, tgt), Stage.PROGRAM)
+    chosen = None if opts is None else opts_from_bytes(opts)
+    return serialize(lower_uop(graph, tgt, chosen), Stage.PROGRAM)
+
+
+def opts_to_bytes(opts: Sequence[Opt]) -> bytes:
+    """An optimization list as `lower`'s third argument: a KERNEL-stage SINK with no stores whose KernelInfo lists
+    the actions (the IR's own versioned encoding of `Opt` records; docs/codegen.md, "The entry point")."""
+    return serialize(UOp(Ops.SINK, dtypes.void, (), KernelInfo("", tuple(opts))), Stage.KERNEL)
+
+
+def opts_from_bytes(data: bytes) -> tuple[Opt, ...]:
+    """The list `opts_to_bytes` wrote; CodegenError for anything else (the bytes may come from another process)."""
+    try:
+        sink = deserialize(data, Stage.KERNEL)
+    except IRError as e:
+        raise CodegenError(f"codegen.lower's opts argument is not a serialized optimization list: {e}") from e
+    if sink.op is not Ops.SINK or sink.src or not isinstance(sink.arg, KernelInfo):
+        raise CodegenError(f"codegen.lower's opts argument must be a SINK without sources whose KernelInfo lists the "
+                           f"Opts (see opts_to_bytes), got {sink.op.name} with {len(sink.src)} sources and arg "
+                           f"{sink.arg!r}")
+    return sink.arg.opts
 
 
 # ---- ProgramInfo -------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The program cache: compiled binaries in memory and on disk, lowered programs in memory.
+"""The program cache: compiled binaries in memory and on disk, lowered programs in memory, and small records.
 
 Compiling C or CUDA takes tens to hundreds of milliseconds, far longer than running a small kernel, so a binary is
 kept under a key that hashes everything that decides it: the source, the serialized target and the compiler's
@@ -18,6 +18,12 @@ another tool, another user):
 
 Threads may compile and look up concurrently: the dictionaries are guarded by one lock, and a per-key lock makes
 threads that want the same program wait for one compile instead of each running the compiler.
+
+Besides binaries the cache keeps *records*: small results that are costly to find and cheap to store, under their
+own folder (`<cache>/<folder>/<key[:2]>/<key>.bin`, the same entry format, the same distrust of what is found
+there). BEAM keeps the optimizations it chose for each kernel this way (`beam.py`), so a machine searches a kernel
+once. A binary compiled with `persist=False` (a BEAM candidate, most of which are never used again) stays in
+memory only, and is written to disk the first time it is asked for with `persist=True` (the winner).
 """
 
 from __future__ import annotations
@@ -62,14 +68,17 @@ class CacheStats:
     discarded: int = 0  # disk entries thrown away: corrupt, unreadable, not a regular file, too large, not loadable
     lowerings: int = 0
     lowering_hits: int = 0
+    record_disk_hits: int = 0  # records (BEAM's choices) read from disk
 
 
 @dataclass(frozen=True)
 class _Binary:
-    """A binary in memory and whether it came from the disk (only those are suspect when they fail to load)."""
+    """A binary in memory, whether it came from the disk (only those are suspect when they fail to load), and
+    whether the disk has it (a `persist=False` compile does not write it)."""
 
     data: bytes
     from_disk: bool
+    on_disk: bool = True
 
 
 def program_key(source: str, target: bytes, compiler_key: str) -> str:
@@ -115,7 +124,8 @@ class ProgramCache:
 
     def __init__(self) -> None:
         self._binaries: dict[str, _Binary] = {}
-        self._lowered: dict[tuple[str, bytes, bytes], bytes] = {}
+        self._lowered: dict[tuple[str, bytes, bytes, bytes | None], bytes] = {}
+        self._records: dict[tuple[str, str], bytes] = {}
         self._lock = threading.Lock()
         self._key_locks: dict[object, threading.Lock] = {}
         self._swept: set[Path] = set()
@@ -126,6 +136,7 @@ class ProgramCache:
         with self._lock:
             self._binaries.clear()
             self._lowered.clear()
+            self._records.clear()
 
     def forget_lowerings(self) -> None:
         """Drop lowered programs (the lowering engine behind a name changed, e.g. a plugin was swapped in)."""
@@ -133,11 +144,12 @@ class ProgramCache:
             self._lowered.clear()
 
     @staticmethod
-    def entry_path(key: str) -> Path:
-        return config.cache_dir() / "programs" / key[:2] / f"{key}.bin"
+    def entry_path(key: str, folder: str = "programs") -> Path:
+        """Where the disk entry of `key` lives: binaries under "programs", records under their own folder."""
+        return config.cache_dir() / folder / key[:2] / f"{key}.bin"
 
     @contextmanager
-    def _exclusive(self, key: object) -> Iterator[None]:
+    def exclusive(self, key: object) -> Iterator[None]:
         """Held by the one thread that compiles (or lowers) `key`, so others wait for its result instead of
         compiling too; whoever gets it next must look in memory first. Dropped when free, so the dictionary does
         not keep every key ever compiled."""
@@ -151,19 +163,19 @@ class ProgramCache:
                     if self._key_locks.get(key) is lock:
                         del self._key_locks[key]
 
-    def _sweep_once(self) -> None:
+    def _sweep_once(self, folder: str) -> None:
         """Remove temp files killed writers left in this cache folder, the first time this process uses it."""
-        programs = config.cache_dir() / "programs"
+        top = config.cache_dir() / folder
         with self._lock:
-            if programs in self._swept:
+            if top in self._swept:
                 return
-            self._swept.add(programs)
+            self._swept.add(top)
         try:
-            folders = [entry.path for entry in os.scandir(programs) if entry.is_dir(follow_symlinks=False)]
+            subfolders = [entry.path for entry in os.scandir(top) if entry.is_dir(follow_symlinks=False)]
         except OSError:
             return
-        for folder in folders:
-            tempfiles.sweep_stale(folder, _TEMP_PREFIX)
+        for subfolder in subfolders:
+            tempfiles.sweep_stale(subfolder, _TEMP_PREFIX)
 
     def _discard(self, path: Path) -> None:
         """Count a bad disk entry and remove it if possible (a read-only folder keeps it; it is refused again)."""
@@ -172,9 +184,9 @@ class ProgramCache:
         with suppress(OSError):
             path.unlink()
 
-    def _read_disk(self, key: str) -> bytes | None:
-        self._sweep_once()
-        path = self.entry_path(key)
+    def _read_disk(self, key: str, folder: str = "programs") -> bytes | None:
+        self._sweep_once(folder)
+        path = self.entry_path(key, folder)
         try:
             data = _read_regular_file(path, _HEADER_SIZE + MAX_ENTRY_BYTES)
         except FileNotFoundError:
@@ -186,10 +198,10 @@ class ProgramCache:
             self._discard(path)
         return payload
 
-    def _write_disk(self, key: str, binary: bytes) -> None:
+    def _write_disk(self, key: str, binary: bytes, folder: str = "programs") -> None:
         if len(binary) > MAX_ENTRY_BYTES:
             return  # it would be refused when read back
-        path = self.entry_path(key)
+        path = self.entry_path(key, folder)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfiles.temp_file(_TEMP_PREFIX, folder=path.parent)
@@ -210,32 +222,39 @@ class ProgramCache:
         with suppress(OSError):  # a read-only folder: the entry is read again next process, and healed again
             self.entry_path(key).unlink()
 
-    def _lookup(self, compiler: Compiler, key: str, source: str) -> _Binary:
-        with self._exclusive(key):
+    def _lookup(self, compiler: Compiler, key: str, source: str, persist: bool = True) -> _Binary:
+        with self.exclusive(key):
+            use_disk = not config.PLYGRAD_DISABLE_CACHE.get()
             with self._lock:
                 found = self._binaries.get(key)
                 if found is not None:
                     self.stats.memory_hits += 1
-                    return found
-            use_disk = not config.PLYGRAD_DISABLE_CACHE.get()
+            if found is not None:
+                if persist and use_disk and not found.on_disk:  # a BEAM candidate turned out to be the winner
+                    self._write_disk(key, found.data)
+                    found = _Binary(found.data, found.from_disk)
+                    with self._lock:
+                        self._binaries[key] = found
+                return found
             data = self._read_disk(key) if use_disk else None
             if data is not None:
                 with self._lock:
                     self.stats.disk_hits += 1
                 entry = _Binary(data, from_disk=True)
             else:
-                entry = _Binary(compiler.compile(source), from_disk=False)
+                entry = _Binary(compiler.compile(source), from_disk=False, on_disk=persist)
                 with self._lock:
                     self.stats.compiles += 1
-                if use_disk:
+                if use_disk and persist:
                     self._write_disk(key, entry.data)
             with self._lock:
                 self._binaries[key] = entry
             return entry
 
-    def compile(self, compiler: Compiler, target: bytes, source: str) -> bytes:
-        """The binary of `source` for `target`: from memory, else from disk, else compiled (and stored)."""
-        return self._lookup(compiler, program_key(source, target, compiler.cache_key), source).data
+    def compile(self, compiler: Compiler, target: bytes, source: str, persist: bool = True) -> bytes:
+        """The binary of `source` for `target`: from memory, else from disk, else compiled (and stored; with
+        `persist=False` in memory only, for a binary that will probably not be wanted by another process)."""
+        return self._lookup(compiler, program_key(source, target, compiler.cache_key), source, persist).data
 
     def load(self, compiler: Compiler, target: bytes, source: str, name: str,
              load: Callable[[bytes], Loaded]) -> Loaded:
@@ -267,7 +286,7 @@ class ProgramCache:
 
     def _recompile(self, compiler: Compiler, key: str, source: str, bad: _Binary) -> _Binary:
         """A freshly compiled binary for `key` in place of `bad` (unless another thread already replaced it)."""
-        with self._exclusive(key):
+        with self.exclusive(key):
             with self._lock:
                 current = self._binaries.get(key)
             if current is not None and current is not bad and not current.from_disk:
@@ -280,20 +299,55 @@ class ProgramCache:
                 self._binaries[key] = fresh
             return fresh
 
-    def lower(self, codegen: str, lower: Callable[[bytes, bytes], bytes], kernel: bytes, target: bytes) -> bytes:
-        """PROGRAM bytes for a kernel on a target, lowered once per (codegen name, kernel, target) per process."""
-        key = (codegen, kernel, target)
-        with self._exclusive(key):
+    def lower(self, codegen: str, lower: Callable[..., bytes], kernel: bytes, target: bytes,
+              opts: bytes | None = None) -> bytes:
+        """PROGRAM bytes for a kernel on a target, lowered once per (codegen name, kernel, target, opts) per process.
+
+        `opts` (serialized optimizations, docs/codegen.md) is passed as `lower`'s third argument when given; without
+        it the engine is called with two, as every engine accepts.
+        """
+        key = (codegen, kernel, target, opts)
+        with self.exclusive(key):
             with self._lock:
                 found = self._lowered.get(key)
                 if found is not None:
                     self.stats.lowering_hits += 1
                     return found
-            program = lower(kernel, target)
+            program = lower(kernel, target) if opts is None else lower(kernel, target, opts)
             with self._lock:
                 self.stats.lowerings += 1
                 self._lowered[key] = program
             return program
+
+    # ---- records ------------------------------------------------------------------------------------------------
+    def read_record(self, folder: str, key: str) -> bytes | None:
+        """The record stored under `key` in `folder`: from memory, else from disk (unless PLYGRAD_DISABLE_CACHE);
+        None when there is none, or the disk entry was damaged (it is discarded)."""
+        with self._lock:
+            found = self._records.get((folder, key))
+        if found is not None or config.PLYGRAD_DISABLE_CACHE.get():
+            return found
+        data = self._read_disk(key, folder)
+        if data is not None:
+            with self._lock:
+                self.stats.record_disk_hits += 1
+                self._records[(folder, key)] = data
+        return data
+
+    def write_record(self, folder: str, key: str, payload: bytes) -> None:
+        """Keep `payload` under `key` in `folder`, in memory and (unless PLYGRAD_DISABLE_CACHE) on disk."""
+        with self._lock:
+            self._records[(folder, key)] = payload
+        if not config.PLYGRAD_DISABLE_CACHE.get():
+            self._write_disk(key, payload, folder)
+
+    def discard_record(self, folder: str, key: str) -> None:
+        """Forget a record that turned out to be unusable, in memory and on disk."""
+        with self._lock:
+            self._records.pop((folder, key), None)
+        path = self.entry_path(key, folder)
+        if os.path.lexists(path):
+            self._discard(path)
 
 
 PROGRAMS: Final = ProgramCache()

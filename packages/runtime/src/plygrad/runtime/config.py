@@ -6,6 +6,7 @@ change one with `monkeypatch.setenv` or `os.environ[...] = ...` and the next run
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,29 @@ class IntSetting:
             value = int(raw)
         except ValueError:
             raise ValueError(f"{self.name}={raw!r} is not an integer; {self.meaning}") from None
+        return min(max(value, self.low), self.high)
+
+
+@dataclass(frozen=True)
+class FloatSetting:
+    """A number setting (e.g. seconds); an unparsable value or NaN raises ValueError naming the variable."""
+
+    name: str
+    default: float
+    meaning: str
+    low: float = 0.0
+    high: float = float("inf")
+
+    def get(self) -> float:
+        raw = os.environ.get(self.name, "").strip()
+        if not raw:
+            return self.default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"{self.name}={raw!r} is not a number; {self.meaning}") from None
+        if math.isnan(value):  # NaN compares false with every bound and would disable the limit silently
+            raise ValueError(f"{self.name}={raw!r} is not a number; {self.meaning}")
         return min(max(value, self.low), self.high)
 
 
@@ -69,7 +93,8 @@ def default_cache_dir() -> Path:
 
 
 DEBUG: Final = IntSetting("DEBUG", 0, "verbosity 0-4: 1 kernel count per run, 2 one line per kernel with time, "
-                          "GFLOP/s and GB/s, 3 applied optimizations, 4 the rendered source", 0, 4)
+                          "GFLOP/s and GB/s and the optimizations it ran with, 3 also every candidate BEAM times, "
+                          "4 the rendered source", 0, 4)
 PLYGRAD_DEVICE: Final = StrSetting("PLYGRAD_DEVICE", "", "the default device (e.g. CPU, CPU:1); unset: the "
                                    "highest-priority backend that opens")
 PLYGRAD_CODEGEN: Final = StrSetting("PLYGRAD_CODEGEN", "default", "name of the plygrad.codegen entry point that "
@@ -83,8 +108,15 @@ PLYGRAD_FORCE_BYTES: Final = FlagSetting("PLYGRAD_FORCE_BYTES", "when on, a sche
 PLYGRAD_COMPILE_JOBS: Final = IntSetting("PLYGRAD_COMPILE_JOBS", 0, "how many programs of one schedule may compile "
                                         "at once; 0: one per CPU core, 1: one after another", 0, 256)
 
+BEAM: Final = IntSetting("BEAM", 0, "beam width of the search that times candidate optimizations of each kernel on "
+                         "the device and keeps the fastest (beam.py); 0: codegen's heuristic chooses", 0, 64)
+BEAM_TIMEOUT: Final = FloatSetting("BEAM_TIMEOUT", 60.0, "seconds one kernel's BEAM search may take; the fastest "
+                                   "candidate found by then is kept", 0.0)
+BEAM_MAX_CANDIDATES: Final = IntSetting("BEAM_MAX_CANDIDATES", 200, "how many distinct programs one kernel's BEAM "
+                                        "search may compile and time at most", 1, 1 << 20)
+
 SETTINGS: Final = (DEBUG, PLYGRAD_DEVICE, PLYGRAD_CODEGEN, PLYGRAD_CACHE_DIR, PLYGRAD_DISABLE_CACHE,
-                   PLYGRAD_FORCE_BYTES, PLYGRAD_COMPILE_JOBS)
+                   PLYGRAD_FORCE_BYTES, PLYGRAD_COMPILE_JOBS, BEAM, BEAM_TIMEOUT, BEAM_MAX_CANDIDATES)
 
 
 def cache_dir() -> Path:

@@ -45,6 +45,7 @@ def kernel_line(device: str, info: ProgramInfo, seconds: float | None) -> str:
 
 
 def opts_line(info: ProgramInfo) -> str:
-    """The DEBUG>=3 line: the optimizations codegen applied to this kernel."""
+    """The DEBUG>=2 line under each launch: the optimizations codegen applied to this kernel (BEAM's or the
+    heuristic's)."""
     opts = ", ".join(f"{o.op.name}(axis={o.axis}, amount={o.amount})" for o in info.opts) or "none"
     return f"    {info.name} opts: {opts}"

@@ -10,6 +10,10 @@ once may both compile and load it; the first loaded program stored is the one bo
 A schedule's kernels are independent programs, and a compiler is another process (or a library call that drops
 the GIL), so `prepare_kernels` lowers them one by one but compiles the new ones side by side, one per core
 (PLYGRAD_COMPILE_JOBS): a cold schedule of 16 kernels costs about half the time on 2 cores.
+
+With BEAM=n, the optimization list each kernel is lowered with comes from `beam.chosen_opts` (searched on the
+device the first time, then read from the program cache's records) and is handed to the engine as the third
+argument of `lower(kernel, target, opts)`; BEAM=0 (the default) calls `lower(kernel, target)` as always.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -28,12 +32,11 @@ from plygrad.ir.records import ProgramInfo
 from plygrad.ir.serialize import deserialize, serialize
 from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
-from plygrad.runtime import config, discovery
+from plygrad.runtime import beam, config, discovery
+from plygrad.runtime.beam import Lowering
 from plygrad.runtime.cache import PROGRAMS
 from plygrad.runtime.errors import CodegenError, RuntimeLayerError
 from plygrad.runtime.plugin import Backend, Program
-
-Lowering = Callable[[bytes, bytes], bytes]
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,11 @@ def _lowered_source(backend: Backend, body: UOp, name: str) -> tuple[bytes, str]
     """(target bytes, source) of a kernel whose program is not loaded yet; None if it is, or if lowering fails
     (prepare_kernel raises that error with its context)."""
     target = backend.target.to_bytes()
+    kernel = serialize(body, Stage.KERNEL)
     codegen_name, lower = codegen()
     try:
-        program_bytes = PROGRAMS.lower(codegen_name, lower, serialize(body, Stage.KERNEL), target)
+        opts = beam.chosen_opts(beam.Job(backend, body, kernel, target, codegen_name, lower, name))
+        program_bytes = PROGRAMS.lower(codegen_name, lower, kernel, target, opts)
         if (backend.name, program_bytes) in _LOADED:
             return None
         source: str = deserialize(program_bytes, Stage.PROGRAM).src[0].arg
@@ -120,8 +125,11 @@ def prepare_kernel(backend: Backend, body: UOp, name: str = "kernel") -> LoadedP
     kernel = serialize(body, Stage.KERNEL)
     target = backend.target.to_bytes()
     codegen_name, lower = codegen()
+    # BEAM's list (beam.py) when it is on, else None: the engine chooses. A search never raises for a kernel it
+    # cannot lower (the lowering below reports that); only a bad setting (BEAM=wide) does, as a ValueError
+    opts = beam.chosen_opts(beam.Job(backend, body, kernel, target, codegen_name, lower, name))
     try:
-        program_bytes = PROGRAMS.lower(codegen_name, lower, kernel, target)
+        program_bytes = PROGRAMS.lower(codegen_name, lower, kernel, target, opts)
     except RuntimeLayerError:
         raise
     except Exception as exc:

@@ -203,7 +203,7 @@ def _kernel_step(call: UOp, bufs: list[BufferSlot], used: tuple[int, ...], devic
 
 
 def launch(device: str, loaded: LoadedProgram, handles: list[object], vals: Sequence[int], debug: int) -> None:
-    """One kernel launch, counted in GlobalCounters and reported at DEBUG >= 2."""
+    """One kernel launch, counted in GlobalCounters and reported at DEBUG >= 2 (with the opts it ran with)."""
     info = loaded.info
     if debug >= 4:
         print(loaded.source)
@@ -211,7 +211,6 @@ def launch(device: str, loaded: LoadedProgram, handles: list[object], vals: Sequ
     GlobalCounters.record(info, seconds)
     if debug >= 2:
         print(kernel_line(device, info, seconds))
-    if debug >= 3:
         print(opts_line(info))
 
 
