@@ -7,7 +7,8 @@
   package installs alone with only its declared dependencies and its own tests pass in that environment".
 - `integration`: every package installed together; runs `tests/` (cross-package tests, the import rule).
 - `gpu-check`: `integration` with PLYGRAD_GPU_CHECK=1: every kernel the tests run is also compiled to sm_80/sm_90
-  cubins and run through the CUDA emulation (tests/gpu_check.py). The default set runs it in place of `integration`.
+  cubins and run through the CUDA emulation (tests/gpu_check.py), and checked as Metal and as HIP (AMDGPU code
+  objects for gfx90a/gfx942/gfx1100, tests/amd_check.py). The default set runs it in place of `integration`.
 - `typecheck`: `mypy --strict` over every `packages/*/src`.
 - `lint`: `ruff check .`.
 - `slow` (not in the default set): the tests marked `slow`, across every package.
@@ -182,8 +183,11 @@ def integration(session: nox.Session) -> None:
 def gpu_check(session: nox.Session) -> None:
     """The integration tests with PLYGRAD_GPU_CHECK=1 (tests/gpu_check.py): every kernel they run on the CPU is also
     lowered for sm_80 and sm_90, compiled to cubins by nvcc, and run on the CPU through the CUDA emulation header,
-    its results compared with the CPU backend's. Needs nvcc (CUDA 13.0 on the CI image) and g++; never skips.
-    It runs the whole integration suite, so CI's default set runs it instead of `integration`."""
+    its results compared with the CPU backend's; and lowered for Metal, syntax-checked by clang++ and run through the
+    Metal emulation (tests/metal_check.py); and lowered as HIP, compiled to AMDGPU code objects for gfx90a, gfx942
+    and gfx1100 by clang-19 + lld-19 and run through the HIP emulation (tests/amd_check.py). Needs nvcc (CUDA 13.0 on
+    the CI image), g++, clang++ (clang-19) and lld-19 (scripts/setup-system.sh); never skips. It runs the whole
+    integration suite, so CI's default set runs it instead of `integration`."""
     installed = _install_local(session, {name: {"test"} for name in PACKAGES}, PYTEST)
     _check_only_installed(session, installed)
     # the cubins and emulation libraries, cached by content in the session's temp folder (reused locally)

@@ -1,18 +1,28 @@
 """Tensor-op benchmarks: plygrad (frontend -> scheduler -> codegen -> CPU backend) beside NumPy, PyTorch (CPU)
 and tinygrad (CPU device), all measured in the same run on the same machine.
 
-Run: python bench/ops_bench.py [--runs N] [--quick]
+Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE]
 
 Figures are medians of N timed runs after one warm-up run (which compiles plygrad's and tinygrad's kernels; the
-program caches serve the timed runs). Each timed run includes building the lazy graph and scheduling it, since that
-is what a user pays per call: `plygrad`'s `.realize()` and tinygrad's `.realize()` return after the work is done on
-the CPU. Bandwidth counts the bytes each op must read and write once; matmul counts 2*n^3 flops. Eager overhead is
-one realized `x + 1` on a 16-element tensor. No timing is asserted: this prints a table to read and compare.
+program caches serve the timed runs). The libraries take turns case by case (every library runs a case before the
+next case starts), so a machine that gets busier or quieter during the run shifts all of one case's figures
+together and the ratios between libraries stay comparable. Each timed run includes building the lazy graph and
+scheduling it, since that is what a user pays per call: `plygrad`'s `.realize()` and tinygrad's `.realize()`
+return after the work is done on the CPU. Bandwidth counts the bytes each op must read and write once; matmul-shaped
+cases count 2 flops per multiply-add. Eager overhead is one realized `x + 1` on a 16-element tensor.
+
+The cases the CPU work (issue #9) tracks: matmul 1024/2048, a transformer's linear layer `x @ W` with x of
+(8, 128, 384) and W of (384, 1536), its attention scores `q @ k^T` for 8 x 12 heads of (128, 64), layernorm of
+4096 x 4096, and a 3x3 conv2d of a (32, 64, 56, 56) batch with 64 output channels (padding 1). `--json FILE` also
+writes every figure as a list of `{"case", "unit", "lib", "median"}` (median: the figure in that unit, null where
+the library has no such case or failed) so runs of different commits can be compared by a script. No timing is
+asserted: this prints a table to read and compare.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -30,6 +40,31 @@ import numpy as np
 from plygrad.frontend import Tensor
 
 Runner = Callable[[], Any]
+Arrays = dict[str, np.ndarray[Any, Any]]
+
+MATMUL_SIZES = (512, 1024, 2048)
+ELEMENTS = 16 * 1024 * 1024
+SIDE = 4096
+F32 = 4
+LINEAR = (8, 128, 384, 1536)  # batch, tokens, features in, features out
+HEADS, TOKENS, HEAD_DIM = 8 * 12, 128, 64
+CONV = (32, 64, 56, 64, 3)  # batch, channels in, side, channels out, kernel side
+# a pause before each library's turn: the previous one's worker threads (OpenMP, OpenBLAS) spin-wait for a while
+# after their last parallel region, and would take cores from the next library's first runs
+SETTLE_S = 0.2
+# case -> (label, unit, amount of work per run in that unit's base: bytes for GB/s, flops for GFLOP/s, 1 for us)
+WORK: dict[str, tuple[str, str, float]] = {
+    "elementwise": ("relu((a+b)*c), 16M float32", "GB/s", 4 * ELEMENTS * F32),
+    "sum": ("sum of 4096x4096 float32", "GB/s", SIDE * SIDE * F32),
+    "softmax": ("softmax(axis=1) of 4096x4096", "GB/s", 2 * SIDE * SIDE * F32),
+    "layernorm": ("layernorm(axis=1) of 4096x4096", "GB/s", 2 * SIDE * SIDE * F32),
+    **{f"matmul{n}": (f"matmul {n}x{n} float32", "GFLOP/s", 2.0 * n**3) for n in MATMUL_SIZES},
+    "linear": ("linear (8,128,384) @ (384,1536)", "GFLOP/s", 2.0 * LINEAR[0] * LINEAR[1] * LINEAR[2] * LINEAR[3]),
+    "attention": ("q @ k^T, 96 heads of (128,64)", "GFLOP/s", 2.0 * HEADS * TOKENS * TOKENS * HEAD_DIM),
+    "conv2d": ("conv2d 32x64x56^2, 64 out, 3x3, pad 1", "GFLOP/s",
+               2.0 * CONV[0] * CONV[3] * CONV[2] ** 2 * CONV[1] * CONV[4] ** 2),
+    "eager": ("one small realized op (x+1, 16 elements)", "us", 1.0),
+}
 
 
 def median_seconds(fn: Runner, runs: int) -> float:
@@ -42,55 +77,89 @@ def median_seconds(fn: Runner, runs: int) -> float:
     return statistics.median(times)
 
 
-def numpy_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
+def make_arrays(sizes: tuple[int, ...]) -> Arrays:
+    rng = np.random.default_rng(0)
+    arrays = {k: rng.standard_normal(ELEMENTS, dtype=np.float32) for k in "abc"}
+    arrays["big"] = rng.standard_normal((SIDE, SIDE), dtype=np.float32)
+    arrays["small"] = rng.standard_normal(16, dtype=np.float32)
+    for n in sizes:
+        arrays[f"m{n}"] = rng.standard_normal((n, n), dtype=np.float32)
+    batch, tokens, features, out = LINEAR
+    arrays["x"] = rng.standard_normal((batch, tokens, features), dtype=np.float32)
+    arrays["w"] = rng.standard_normal((features, out), dtype=np.float32)
+    arrays["q"] = rng.standard_normal((HEADS, TOKENS, HEAD_DIM), dtype=np.float32)
+    arrays["k"] = rng.standard_normal((HEADS, TOKENS, HEAD_DIM), dtype=np.float32)
+    n, cin, side, cout, ks = CONV
+    arrays["image"] = rng.standard_normal((n, cin, side, side), dtype=np.float32)
+    arrays["kernel"] = rng.standard_normal((cout, cin, ks, ks), dtype=np.float32)
+    return arrays
+
+
+def numpy_cases(arrays: Arrays) -> dict[str, Runner]:
     a, b, c, big = arrays["a"], arrays["b"], arrays["c"], arrays["big"]
 
     def softmax() -> Any:
         e = np.exp(big - big.max(1, keepdims=True))
         return e / e.sum(1, keepdims=True)
 
+    def layernorm() -> Any:
+        mean = big.mean(1, keepdims=True)
+        return (big - mean) / np.sqrt(big.var(1, keepdims=True) + 1e-5)
+
     cases: dict[str, Runner] = {
-        "elementwise": lambda: np.maximum((a + b) * c, 0), "sum": big.sum, "softmax": softmax,
+        "elementwise": lambda: np.maximum((a + b) * c, 0), "sum": big.sum, "softmax": softmax, "layernorm": layernorm,
+        "linear": lambda: arrays["x"] @ arrays["w"], "attention": lambda: arrays["q"] @ arrays["k"].transpose(0, 2, 1),
         "eager": lambda: arrays["small"] + 1,
     }
     for n in MATMUL_SIZES:
-        cases[f"matmul{n}"] = lambda n=n: arrays[f"m{n}"] @ arrays[f"m{n}"]
-    return cases
+        if f"m{n}" in arrays:
+            cases[f"matmul{n}"] = lambda n=n: arrays[f"m{n}"] @ arrays[f"m{n}"]
+    return cases  # no conv2d in NumPy
 
 
-def torch_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
+def torch_cases(arrays: Arrays) -> dict[str, Runner]:
     import torch
 
     t = {k: torch.from_numpy(v) for k, v in arrays.items()}
     cases: dict[str, Runner] = {
         "elementwise": lambda: torch.relu((t["a"] + t["b"]) * t["c"]), "sum": t["big"].sum,
-        "softmax": lambda: torch.softmax(t["big"], 1), "eager": lambda: t["small"] + 1,
+        "softmax": lambda: torch.softmax(t["big"], 1),
+        "layernorm": lambda: torch.nn.functional.layer_norm(t["big"], (SIDE,)),
+        "linear": lambda: t["x"] @ t["w"], "attention": lambda: t["q"] @ t["k"].transpose(1, 2),
+        "conv2d": lambda: torch.nn.functional.conv2d(t["image"], t["kernel"], padding=1),
+        "eager": lambda: t["small"] + 1,
     }
     for n in MATMUL_SIZES:
-        cases[f"matmul{n}"] = lambda n=n: t[f"m{n}"] @ t[f"m{n}"]
+        if f"m{n}" in t:
+            cases[f"matmul{n}"] = lambda n=n: t[f"m{n}"] @ t[f"m{n}"]
     return cases
 
 
-def lazy_tensor_cases(make: Callable[[np.ndarray[Any, Any]], Any]) -> Callable[..., dict[str, Runner]]:
+def lazy_tensor_cases(make: Callable[[np.ndarray[Any, Any]], Any]) -> Callable[[Arrays], dict[str, Runner]]:
     """The cases for a tinygrad-style lazy Tensor API (tinygrad's and plygrad's are the same by design): `make`
     turns an array into a realized tensor, every case ends in `.realize()`."""
 
-    def cases_for(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
+    def cases_for(arrays: Arrays) -> dict[str, Runner]:
         t = {k: make(v) for k, v in arrays.items()}
         cases: dict[str, Runner] = {
             "elementwise": lambda: ((t["a"] + t["b"]) * t["c"]).relu().realize(),
             "sum": lambda: t["big"].sum().realize(),
             "softmax": lambda: t["big"].softmax(1).realize(),
+            "layernorm": lambda: t["big"].layernorm(1).realize(),
+            "linear": lambda: (t["x"] @ t["w"]).realize(),  # noqa: PLW0108 - a new graph each call
+            "attention": lambda: (t["q"] @ t["k"].transpose(1, 2)).realize(),  # noqa: PLW0108
+            "conv2d": lambda: t["image"].conv2d(t["kernel"], padding=1).realize(),
             "eager": lambda: (t["small"] + 1).realize(),  # noqa: PLW0108 - a new graph each call
         }
         for n in MATMUL_SIZES:
-            cases[f"matmul{n}"] = lambda n=n: (t[f"m{n}"] @ t[f"m{n}"]).realize()
+            if f"m{n}" in t:
+                cases[f"matmul{n}"] = lambda n=n: (t[f"m{n}"] @ t[f"m{n}"]).realize()
         return cases
 
     return cases_for
 
 
-def tinygrad_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
+def tinygrad_cases(arrays: Arrays) -> dict[str, Runner]:
     from tinygrad import Device
     from tinygrad import Tensor as TinyTensor
 
@@ -99,76 +168,82 @@ def tinygrad_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]
     return lazy_tensor_cases(lambda a: TinyTensor(a).realize())(arrays)
 
 
-def plygrad_cases(arrays: dict[str, np.ndarray[Any, Any]]) -> dict[str, Runner]:
+def plygrad_cases(arrays: Arrays) -> dict[str, Runner]:
     return lazy_tensor_cases(lambda a: Tensor(a).realize())(arrays)
 
 
-MATMUL_SIZES = (512, 1024, 2048)
-ELEMENTS = 16 * 1024 * 1024
-SIDE = 4096
-F32 = 4
-# case -> (label, unit, amount of work per run in that unit's base: bytes for GB/s, flops for GFLOP/s, 1 for us)
-WORK: dict[str, tuple[str, str, float]] = {
-    "elementwise": ("relu((a+b)*c), 16M float32", "GB/s", 4 * ELEMENTS * F32),
-    "sum": ("sum of 4096x4096 float32", "GB/s", SIDE * SIDE * F32),
-    "softmax": ("softmax(axis=1) of 4096x4096", "GB/s", 2 * SIDE * SIDE * F32),
-    **{f"matmul{n}": (f"matmul {n}x{n} float32", "GFLOP/s", 2.0 * n**3) for n in MATMUL_SIZES},
-    "eager": ("one small realized op (x+1, 16 elements)", "us", 1.0),
+def figure(case: str, seconds: float) -> float:
+    unit, work = WORK[case][1], WORK[case][2]
+    return seconds * 1e6 if unit == "us" else work / seconds / 1e9
+
+
+LIBRARIES: dict[str, Callable[[Arrays], dict[str, Runner]]] = {
+    "numpy": numpy_cases, "torch": torch_cases, "tinygrad": tinygrad_cases, "plygrad": plygrad_cases,
 }
 
 
-def figure(case: str, seconds: float) -> str:
-    unit, work = WORK[case][1], WORK[case][2]
-    if unit == "us":
-        return f"{seconds * 1e6:10.1f}"
-    return f"{work / seconds / 1e9:10.2f}"
+def measure(cases: list[str], arrays: Arrays, runs: int) -> tuple[dict[str, dict[str, float | None]], list[str]]:
+    """Every library's figure for every case (None: the library has no such case or it failed), case by case."""
+    results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
+    notes: list[str] = []
+    runners: dict[str, dict[str, Runner]] = {}
+    for lib, make in LIBRARIES.items():
+        try:
+            runners[lib] = make(arrays)
+        except Exception as exc:  # a library that cannot run here (e.g. tinygrad's CPU device needs clang)
+            notes.append(f"{lib}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+    for case in cases:
+        for lib, lib_runners in runners.items():
+            if case not in lib_runners:
+                continue
+            time.sleep(SETTLE_S)
+            n = max(1, runs if not case.startswith("matmul2048") else min(runs, 3))
+            n = n * 20 if case == "eager" else n
+            try:
+                results[lib][case] = figure(case, median_seconds(lib_runners[case], n))
+            except Exception as exc:
+                notes.append(f"{lib} {case}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+                continue
+            print(f"  {lib:9s} {case:12s} {results[lib][case]:.2f}", file=sys.stderr, flush=True)
+    return results, notes
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="timed runs per figure (median)")
     parser.add_argument("--quick", action="store_true", help="skip matmul 2048 (slow on a small machine)")
+    parser.add_argument("--only", nargs="+", choices=sorted(WORK), help="run only these cases")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    arrays = {k: rng.standard_normal(ELEMENTS, dtype=np.float32) for k in "abc"}
-    arrays["big"] = rng.standard_normal((SIDE, SIDE), dtype=np.float32)
-    arrays["small"] = rng.standard_normal(16, dtype=np.float32)
     sizes = MATMUL_SIZES[:-1] if args.quick else MATMUL_SIZES
-    for n in sizes:
-        arrays[f"m{n}"] = rng.standard_normal((n, n), dtype=np.float32)
     cases = [c for c in WORK if not c.startswith("matmul") or int(c[6:]) in sizes]
-
-    libraries: dict[str, Callable[[dict[str, np.ndarray[Any, Any]]], dict[str, Runner]]] = {
-        "numpy": numpy_cases, "torch": torch_cases, "tinygrad": tinygrad_cases, "plygrad": plygrad_cases,
-    }
-    results: dict[str, dict[str, str]] = {}
-    notes: list[str] = []
-    for lib, make in libraries.items():
-        results[lib] = {c: f"{'n/a':>10}" for c in cases}
-        try:
-            runners = make(arrays)
-            for case in cases:
-                runs = max(1, args.runs if not case.startswith("matmul2048") else min(args.runs, 3))
-                runs = runs * 20 if case == "eager" else runs
-                results[lib][case] = figure(case, median_seconds(runners[case], runs))
-                print(f"  {lib:9s} {case:12s} {results[lib][case].strip()}", file=sys.stderr, flush=True)
-        except Exception as exc:  # a library that cannot run here (e.g. tinygrad's CPU device needs clang)
-            cause = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            notes.append(f"{lib}: n/a from here on ({cause})")
+    if args.only:
+        cases = [c for c in cases if c in args.only]
+    arrays = make_arrays(tuple(int(c[6:]) for c in cases if c.startswith("matmul")))
+    results, notes = measure(cases, arrays, args.runs)
 
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
           f"{platform.system()} {platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}")
     print(f"medians of {args.runs} runs after a warm-up (eager: {args.runs * 20} runs); higher is better except us")
     print()
-    header = f"| {'op':44s} | {'unit':7s} | " + " | ".join(f"{lib:>10s}" for lib in libraries) + " |"
-    print(header)
-    print("|" + "-" * 46 + "|" + "-" * 9 + "|" + "|".join("-" * 12 for _ in libraries) + "|")
+    print(f"| {'op':44s} | {'unit':7s} | " + " | ".join(f"{lib:>10s}" for lib in LIBRARIES) + " |")
+    print("|" + "-" * 46 + "|" + "-" * 9 + "|" + "|".join("-" * 12 for _ in LIBRARIES) + "|")
     for case in cases:
         label, unit, _ = WORK[case]
-        print(f"| {label:44s} | {unit:7s} | " + " | ".join(results[lib][case] for lib in libraries) + " |")
+        cells = [f"{'n/a':>10}" if results[lib][case] is None else f"{results[lib][case]:10.2f}" for lib in LIBRARIES]
+        print(f"| {label:44s} | {unit:7s} | " + " | ".join(cells) + " |")
     for note in notes:
         print(f"note: {note}")
+    if args.json:
+        rows = [{"case": case, "unit": WORK[case][1], "lib": lib, "median": results[lib][case]}
+                for case in cases for lib in LIBRARIES]
+        text = json.dumps(rows, indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
 
 
 if __name__ == "__main__":

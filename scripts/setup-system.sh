@@ -2,7 +2,11 @@
 # System packages plygrad needs that pip cannot install:
 # - a C compiler for the CPU backend (plygrad-cpu compiles every kernel with it, and the codegen tests compile the C
 #   they render);
-# - a C++20 compiler (g++) for the tests that run rendered CUDA on the CPU (packages/codegen/tests/cuda_emu.h).
+# - a C++20 compiler (g++) for the tests that run rendered CUDA and HIP on the CPU (packages/codegen/tests/cuda_emu.h);
+# - clang-19 and lld-19 (Debian packages) for the AMD checks: the hip renderer's kernels are compiled offline to
+#   AMDGPU code objects for gfx90a, gfx942 and gfx1100 (`clang-19 -x hip --offload-arch=... -nogpulib -nogpuinc`,
+#   linked by ld.lld-19); plygrad-amd compiles with them too where a machine has no ROCm. The Metal check uses its
+#   clang++-19 too (`-fsyntax-only` on every rendered MSL kernel, packages/codegen/tests/metal_emu.py).
 # nvcc (the CUDA toolkit, for compiling every test kernel to a cubin) comes with the machine image: it is not a
 # Debian package we can install here, so its absence is only reported (those tests then fail, by design).
 # Does nothing when everything is there. Runs as root on the project's machines (apt-get); elsewhere it says what
@@ -16,13 +20,19 @@ fi
 if ! command -v "${CXX:-g++}" >/dev/null 2>&1; then
     missing+=(g++)
 fi
+if ! command -v clang-19 >/dev/null 2>&1; then
+    missing+=(clang-19)
+fi
+if ! command -v ld.lld-19 >/dev/null 2>&1; then
+    missing+=(lld-19)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "setup-system: installing ${missing[*]} with apt-get"
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup-system: missing ${missing[*]}; install them (the CPU backend and the CUDA emulation tests need them)" >&2
+        echo "setup-system: missing ${missing[*]}; install them (the CPU backend, the CUDA/HIP emulation tests and the AMD code-object checks need them)" >&2
         exit 1
     fi
 fi

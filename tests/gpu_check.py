@@ -18,13 +18,18 @@ CI has no GPU, so the CUDA path is checked by riding on the integration suite (D
    than the whole suite. Variables take their largest value (the buffers are sized for it). Kernels past
    MAX_EMULATED_ELEMENTS / MAX_EMULATED_OPS (the 5*10^7-element sums of the scale tests) are compiled but not
    emulated: one core runs every GPU thread as an unoptimized fiber; the report counts them.
-   Kernels that use tensor cores (inline PTX `mma`, WMMA) are compile-checked only; they are emulated as lowered
-   for a target without tensor cores, and the report counts them.
+   Kernels that use tensor cores (a float16/bfloat16 matmul: the heuristic's TC, inline-PTX `mma.sync` through
+   plygrad's helper) are emulated as they are too: cuda_emu.h supplies the helper as a warp-collective emulation
+   with the PTX ISA's fragment layout, so a wrong layout or index is a wrong result. The report counts them.
 
 The check itself is the test `tests/test_gpu_check.py::test_kernels_run_as_cuda`, which the plugin moves to the end
 of the session: a failure is a test failure (one line per kernel), counted like any other; the terminal summary
 names how many kernels were compiled and emulated. Without PLYGRAD_GPU_CHECK that test checks the kernels of a few
 ops it runs itself. `PLYGRAD_GPU_CHECK_JOBS` caps the compiler processes (default: CPU count).
+
+The same recorded kernels are then checked as Metal (tests/metal_check.py) and as HIP for AMD GPUs
+(tests/amd_check.py: code objects for gfx90a, gfx942 and gfx1100 by clang-19, and the HIP emulation); their problems
+are the check's problems, their summaries follow its own.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -43,7 +48,7 @@ from typing import Any, Final
 import numpy as np
 import pytest
 
-from plygrad.ir import Ops, Target, UOp, dtypes
+from plygrad.ir import GroupOp, Ops, Target, UOp, dtypes
 from plygrad.ir.dtype import DType, DTypeKind
 
 ENV: Final = "PLYGRAD_GPU_CHECK"
@@ -53,7 +58,8 @@ CHECK_TEST: Final = "test_gpu_check.py::test_kernels_run_as_cuda"
 ARCHS: Final = ("sm_80", "sm_90")
 EMULATED_ARCH: Final = "sm_90"
 CODEGEN_TESTS: Final = Path(__file__).resolve().parents[1] / "packages" / "codegen" / "tests"
-TENSOR_CORE_MARKS: Final = ("mma.sync", "wmma", "asm(", "asm volatile")
+# the cuda renderer's tensor-core helper (codegen/renderer/cuda_mma.py), which cuda_emu.h emulates
+TENSOR_CORE_MARK: Final = "plygrad_mma_"
 # kernels per compiler call: big enough that the compiler's start-up is paid rarely, small enough to spread chunks
 # over the cores
 CHUNK: Final = 150
@@ -93,18 +99,22 @@ class Report:
     compiled: dict[str, int] = field(default_factory=dict)
     emulated: int = 0
     cooperative: int = 0  # emulated kernels with barriers (their threads run as fibers)
-    tensor_core: int = 0
+    tensor_core: int = 0  # kernels using tensor cores (compiled and emulated like the others)
     too_big: int = 0  # compiled, not emulated (MAX_EMULATED_ELEMENTS / MAX_EMULATED_OPS)
     problems: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)  # per phase, for the summary line
+    metal: Any = None  # the Metal check's report (metal_check.py), whose problems are in `problems` too
+    amd: Any = None  # the AMD check's report (amd_check.py), likewise
 
     def summary(self) -> str:
         compiled = ", ".join(f"{arch}: {n}" for arch, n in sorted(self.compiled.items())) or "none"
         phases = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.seconds.items())
         return (f"{self.kernels} distinct kernels; compiled to cubins ({compiled}); {self.emulated} emulated and "
                 f"matching the CPU backend ({self.cooperative} with barriers), {self.too_big} too big to emulate "
-                f"(compile-checked only); {self.tensor_core} use tensor cores "
-                f"(compile-checked, emulated without them){'; ' + phases if phases else ''}")
+                f"(compile-checked only); {self.tensor_core} use tensor cores (emulated with them)"
+                f"{'; ' + phases if phases else ''}"
+                f"{chr(10) + self.metal.summary() if self.metal is not None else ''}"
+                f"{chr(10) + self.amd.summary() if self.amd is not None else ''}")
 
 
 def _chunks(items: Sequence[Any]) -> list[Sequence[Any]]:
@@ -143,8 +153,18 @@ def _random_input(dtype: DType, size: int, rng: np.random.Generator) -> np.ndarr
     return rng.integers(low, 20, size).astype(np_dtype)
 
 
-def _compare(name: str, index: int, dtype: DType, got: np.ndarray, want: np.ndarray) -> str | None:
-    """None if `got` matches the CPU backend's `want`, else a one-line description of the first mismatch."""
+def _narrowest_rounding(kernel: UOp) -> DType | None:
+    """The float dtype of TOLERANCE with the widest tolerance that the kernel rounds values to (a CAST or an ALU op
+    of that dtype): a float32 layernorm of float16 values rounds to float16 on the way, so another summation order
+    on the GPU can move an output by one float16 ulp."""
+    rounded = {n.dtype for n in kernel.toposort if n.dtype in TOLERANCE and (n.op is Ops.CAST or n.op in GroupOp.ALU)}
+    return max(rounded, key=lambda d: TOLERANCE[d], default=None)
+
+
+def _compare(name: str, index: int, dtype: DType, got: np.ndarray, want: np.ndarray,
+             rounded_to: DType | None = None) -> str | None:
+    """None if `got` matches the CPU backend's `want`, else a one-line description of the first mismatch. Floats
+    compare within the tolerance of their dtype, or of `rounded_to` (`_narrowest_rounding`) where that is wider."""
     if got.size == 0:
         return None
     if dtype.kind is not DTypeKind.FLOAT:
@@ -156,7 +176,7 @@ def _compare(name: str, index: int, dtype: DType, got: np.ndarray, want: np.ndar
     g, w = got.astype(np.float64), want.astype(np.float64)
     finite = np.isfinite(w)
     scale = float(np.max(np.abs(w[finite]))) if finite.any() else 1.0
-    tol = TOLERANCE.get(dtype, 1e-4) * max(1.0, scale)
+    tol = max(TOLERANCE.get(dtype, 1e-4), TOLERANCE.get(rounded_to, 0.0) if rounded_to else 0.0) * max(1.0, scale)
     with np.errstate(invalid="ignore"):  # inf - inf
         same = (np.isnan(g) & np.isnan(w)) | (g == w) | (np.abs(g - w) <= tol)
     if same.all():
@@ -219,10 +239,7 @@ class GpuCheck:
             for arch in ARCHS:
                 programs[arch].append(lowered[arch])
             chosen = lowered[EMULATED_ARCH]
-            if any(mark in chosen.source for mark in TENSOR_CORE_MARKS):
-                report.tensor_core += 1
-                plain = replace(cuda_target(EMULATED_ARCH), tensor_cores=())
-                chosen = emu.CudaKernel.from_program(lower_uop(kernel, plain))
+            report.tensor_core += int(TENSOR_CORE_MARK in chosen.source)
             emulated.append((kernel, chosen))
 
         report.seconds["lower"] = time.perf_counter() - started
@@ -266,6 +283,14 @@ class GpuCheck:
                 else:
                     report.problems.append(problem)
         report.seconds["run"] = time.perf_counter() - started
+        from metal_check import check_metal  # the same kernels as Metal (lint, clang syntax check, emulation)
+
+        report.metal = check_metal(kernels, seed)
+        report.problems.extend(report.metal.problems)
+        from amd_check import check_amd  # the same kernels as HIP (code objects for three archs, emulation)
+
+        report.amd = check_amd(kernels, seed)
+        report.problems.extend(report.amd.problems)
         return report
 
     @staticmethod
@@ -293,7 +318,7 @@ class GpuCheck:
             if not param.writable:
                 continue
             want = np.frombuffer(buffers[param.index].copyout(), dtype=got.dtype)
-            problem = _compare(info.name, param.index, param.dtype, got, want)
+            problem = _compare(info.name, param.index, param.dtype, got, want, _narrowest_rounding(kernel))
             if problem is not None:
                 return problem
         return None

@@ -62,3 +62,31 @@ def test_the_comparison_can_fail() -> None:
     assert _compare("k", 0, dtypes.float32, floats + np.float32(1e-3), floats) is None  # 1e-5 of the scale
     assert _compare("k", 0, dtypes.float32, floats + np.float32(0.1), floats) is not None
     assert _compare("k", 0, dtypes.float32, np.array([1.0, 0.0, 100.0], np.float32), floats) is not None
+    # a float32 output the kernel rounded to float16 on the way may be one float16 ulp off after a GPU reduction
+    float16_ulp_off = floats + np.float32(100.0 * 2.0**-10)
+    assert _compare("k", 0, dtypes.float32, float16_ulp_off, floats) is not None
+    assert _compare("k", 0, dtypes.float32, float16_ulp_off, floats, rounded_to=dtypes.float16) is None
+
+
+def test_a_fused_softmax_shares_its_output_loop_over_the_workgroup() -> None:
+    """Softmax over rows is one kernel (docs/scheduler.md rule 4): on CUDA each row is a workgroup that groups the
+    max and the sum, and its threads then take the row's outputs in turn (cuda.py `shared_over_group`) instead of
+    every thread recomputing them for thread 0 to store; the emulation must still match the CPU backend."""
+    from plygrad.codegen import lower_uop
+    from plygrad.ir import Ops, Target
+
+    x = Tensor(np.random.default_rng(1).standard_normal((40, 512)).astype(np.float32)).realize()
+    calls = [c for c in x.softmax(-1).schedule().src if c.src[0].op is Ops.SINK]
+    assert len(calls) == 1
+    source = lower_uop(calls[0].src[0], Target.cuda("sm_90")).src[0].arg
+    assert "+= 256) {" in source and "== 0) data0" not in source, source
+    plugin = GpuCheck()
+    plugin.install()
+    try:
+        x.softmax(-1).numpy()
+        x.log_softmax(-1).numpy()
+        x.layernorm().numpy()
+    finally:
+        plugin.uninstall()
+    report = plugin.check_recorded()
+    assert report.kernels >= 3 and report.cooperative >= 3 and not report.problems, report.problems

@@ -17,7 +17,8 @@
 // `__shared__` is `static`: a static local is one object for every fiber running the kernel function, which is
 // exactly "one per block" because blocks run one at a time (and launches on different host threads must not overlap
 // for one kernel: the Python side runs one launch at a time). Dynamic shared memory (`extern __shared__`), warp
-// shuffles/votes, inline PTX, WMMA and mma.sync are not emulated (a compile error names what is missing).
+// shuffles/votes, inline PTX in general and the WMMA API are not emulated (a compile error names what is missing);
+// plygrad's own tensor-core helper, inline-PTX mma.sync on the device, is (the last section).
 //
 // Numerics: float/double arithmetic is the host's IEEE arithmetic (build with -ffp-contract=off, as the device code
 // must not contract either); `__half`/`__nv_bfloat16` store 16 bits and convert with round-to-nearest-even exactly
@@ -253,6 +254,29 @@ inline T atomicMin(T* addr, T v) {
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
+// ---- aligned vector accesses -------------------------------------------------------------------------------------
+// The plygrad cuda renderer reads and writes vectors (plygrad_float4, plygrad_half8, ...) through helpers that state
+// the alignment the access needs with `__builtin_assume_aligned(p, size)`. On the device that is a fact the compiler
+// relies on (one ld.global.v4; a misaligned one faults), while on x86 a misaligned load silently works. So here the
+// builtin is a check: the first misaligned address of a launch is recorded, the launch goes on (the host reads
+// it fine) and then fails with that address, the access size and the GPU thread that made it.
+namespace cuda_emu {
+inline thread_local char alignment_error[320] = "";
+
+inline void* checked_aligned(const void* p, unsigned long long align) {
+    auto address = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p));
+    if (align != 0 && address % align != 0 && alignment_error[0] == '\0') {
+        snprintf(alignment_error, sizeof alignment_error,
+                 "misaligned vector access: %llu bytes at address 0x%llx (%llu bytes past a %llu-byte boundary) in "
+                 "block (%u, %u, %u) thread (%u, %u, %u); a vector access must be aligned to its size",
+                 align, address, address % align, align, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
+                 threadIdx.y, threadIdx.z);
+    }
+    return const_cast<void*>(p);
+}
+}  // namespace cuda_emu
+#define __builtin_assume_aligned(p, align) cuda_emu::checked_aligned((p), (align))
+
 // ---- the launcher --------------------------------------------------------------------------------------------------
 namespace cuda_emu {
 constexpr unsigned kMaxThreadsPerBlock = 1024;
@@ -291,6 +315,13 @@ inline void set_thread(const dim3& block, unsigned t) {
 
 inline char last_error[512] = "";
 
+// the end of a launch: 0, or -1 with `last_error` set when an access was misaligned
+inline int finish_launch() {
+    if (alignment_error[0] == '\0') return 0;
+    snprintf(last_error, sizeof last_error, "%s", alignment_error);
+    return -1;
+}
+
 // Run `body` (one call = one GPU thread) over the grid. Returns 0, or -1 with `last_error` set.
 template <class Body>
 int launch(const unsigned* grid3, const unsigned* block3, bool cooperative, bool reverse, Body body) {
@@ -302,6 +333,7 @@ int launch(const unsigned* grid3, const unsigned* block3, bool cooperative, bool
         return -1;
     }
     unsigned n = static_cast<unsigned>(n64);
+    alignment_error[0] = '\0';
     gridDim = grid;
     blockDim = block;
     if (!cooperative) {
@@ -311,7 +343,7 @@ int launch(const unsigned* grid3, const unsigned* block3, bool cooperative, bool
             for (unsigned i = 0; i < n; ++i) { set_thread(block, reverse ? n - 1 - i : i); body(); }
         }
         independent = false;
-        return 0;
+        return finish_launch();
     }
     Cooperative state;
     state.fibers.resize(n);
@@ -346,7 +378,7 @@ int launch(const unsigned* grid3, const unsigned* block3, bool cooperative, bool
         }
     }
     current = outer;
-    return 0;
+    return finish_launch();
 }
 }  // namespace cuda_emu
 
@@ -370,3 +402,71 @@ struct AnyPtr {
     operator T*() const { return static_cast<T*>(p); }
 };
 }  // namespace cuda_emu
+
+// ---- tensor cores: plygrad's mma.sync helper ----------------------------------------------------------------------
+// The cuda renderer computes a tensor-core tile with `plygrad_mma_m16n8k16_f32_f16(d, a0..a7, b0..b3)` (and `_bf16`):
+// on the device, inline PTX `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32` defined under `#ifndef` of its name
+// (codegen/renderer/cuda_mma.py). Defining the name here replaces it with this emulation of the same warp-collective
+// operation: the 32 lanes of a warp call it together, each with its fragments (A: 8 elements, B: 4, C/D: 4) at the
+// tile positions the PTX ISA gives ("Matrix Fragments for mma.m16n8k16 with floating point type"), written out here
+// a second time, independently of codegen/tensor_core.py: a wrong layout or index there gives wrong results here.
+//
+// Each lane deposits its fragments in its warp's scratch tiles (warp = linear thread index / 32, lane = the rest, as
+// the hardware counts them), a barrier, then each lane computes its four D elements from the whole tiles (products of
+// two float16/bfloat16 values are exact in float; the sum is in float, k ascending), and a second barrier keeps the
+// next call's deposits from overwriting tiles another lane still reads. The barriers are block-wide (stronger than
+// the device's warp), so every thread of the block must make the same calls, as the lowered kernels do. A warp that
+// is not 32 lanes making the call together gets NaN in every D element (and a line on stderr): the results show it.
+namespace cuda_emu {
+struct MmaTiles {
+    float a[16][16];
+    float b[16][8];
+    float c[16][8];
+    unsigned arrived = 0;  // lanes that deposited in this call
+    unsigned read = 0;     // lanes that computed their D elements in this call
+};
+inline thread_local std::vector<MmaTiles> mma_tiles;  // one per warp of the running block
+
+inline float f16_bits_to_float(unsigned short bits) { return static_cast<float>(__ushort_as_half(bits)); }
+inline float bf16_bits_to_float(unsigned short bits) { return static_cast<float>(__ushort_as_bfloat16(bits)); }
+
+template <float (*ToFloat)(unsigned short)>
+inline void mma_m16n8k16(float* d, unsigned short a0, unsigned short a1, unsigned short a2, unsigned short a3,
+                         unsigned short a4, unsigned short a5, unsigned short a6, unsigned short a7,
+                         unsigned short b0, unsigned short b1, unsigned short b2, unsigned short b3) {
+    if (current == nullptr || independent) {
+        // the Python side runs a kernel that calls the mma cooperatively; reaching this is a bug there
+        fprintf(stderr, "cuda_emu: mma in a kernel launched without cooperative scheduling\n");
+        abort();
+    }
+    if (mma_tiles.empty()) mma_tiles.resize(kMaxThreadsPerBlock / warpSize);
+    unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    unsigned lane = thread % warpSize, group = lane >> 2, member = lane % 4;
+    MmaTiles& tiles = mma_tiles[thread / warpSize];
+    const unsigned short a[8] = {a0, a1, a2, a3, a4, a5, a6, a7}, b[4] = {b0, b1, b2, b3};
+    for (unsigned i = 0; i < 8; ++i)
+        tiles.a[group + 8 * ((i / 2) % 2)][2 * member + i % 2 + 8 * (i / 4)] = ToFloat(a[i]);
+    for (unsigned i = 0; i < 4; ++i) tiles.b[2 * member + i % 2 + 8 * (i / 2)][group] = ToFloat(b[i]);
+    for (unsigned i = 0; i < 4; ++i) tiles.c[group + 8 * (i / 2)][2 * member + i % 2] = d[i];
+    ++tiles.arrived;
+    __syncthreads();
+    bool whole = tiles.arrived == static_cast<unsigned>(warpSize);
+    for (unsigned i = 0; i < 4; ++i) {
+        unsigned row = group + 8 * (i / 2), col = 2 * member + i % 2;
+        float sum = tiles.c[row][col];
+        for (unsigned k = 0; k < 16; ++k) sum += tiles.a[row][k] * tiles.b[k][col];
+        d[i] = whole ? sum : NAN;
+    }
+    static bool reported = false;
+    if (!whole && !reported) {
+        reported = true;
+        fprintf(stderr, "cuda_emu: mma.sync in warp %u of block (%u, %u, %u) was called by %u lanes, not %d: a warp's "
+                "lanes must be 32 consecutive threads (threadIdx.x first) all making the call; D is NaN\n",
+                thread / warpSize, blockIdx.x, blockIdx.y, blockIdx.z, tiles.arrived, warpSize);
+    }
+    if (++tiles.read == tiles.arrived) tiles.arrived = tiles.read = 0;
+    __syncthreads();
+}
+}  // namespace cuda_emu
+#define plygrad_mma_m16n8k16_f32_f16 ::cuda_emu::mma_m16n8k16<::cuda_emu::f16_bits_to_float>
+#define plygrad_mma_m16n8k16_f32_bf16 ::cuda_emu::mma_m16n8k16<::cuda_emu::bf16_bits_to_float>

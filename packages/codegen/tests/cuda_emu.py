@@ -5,8 +5,10 @@ Two checks, both cheap because they batch: many kernels go into one translation 
 - `EmuLibrary.build(kernels)` writes one C++20 translation unit (the emulation header, each distinct kernel source in
   its own namespace so the preludes of two kernels cannot collide, one generated `extern "C"` launcher per kernel),
   builds it with g++ into a shared library (cached on disk by a hash of everything that goes into it) and loads it
-  with ctypes; `run` then launches a kernel on NumPy arrays. See cuda_emu.h for how threads, blocks, barriers and
-  shared memory are emulated.
+  with ctypes; `run` then launches a kernel on NumPy arrays, each buffer starting 256-byte aligned as a cuMemAlloc
+  allocation does, so a vector access the emulation finds misaligned (cuda_emu.h checks every one and fails the
+  launch, naming the buffer and element) is misaligned on the GPU too. See cuda_emu.h for how threads, blocks,
+  barriers and shared memory are emulated.
 - `compile_cubins(kernels, archs)` compiles the same kind of translation unit with `nvcc -cubin -arch=sm_XX`, one
   call per arch: compiling to SASS runs ptxas, which rejects what PTX text alone would accept. A compile error is
   raised with nvcc's error lines mapped back to the kernel and the line in its own source.
@@ -27,7 +29,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final
 
 import numpy as np
 
@@ -40,6 +42,10 @@ NVCC_CANDIDATES: Final = ("/usr/local/bin/nvcc", "/usr/local/cuda/bin/nvcc")
 # bytes of pattern around every buffer a kernel gets, checked after the launch (a wrong index writes into them)
 GUARD_BYTES: Final = 4096
 GUARD_FILL: Final = 0xA5
+# where each buffer starts: what cuMemAlloc guarantees (docs/codegen.md §5 promises kernels 16 bytes), so an access
+# the emulation finds misaligned is misaligned within the buffer, not by the harness's placement
+BUFFER_ALIGN: Final = 256
+_MISALIGNED = re.compile(r"address 0x([0-9a-f]+)")
 _INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"][^>\"]+[>\"]\s*$", re.MULTILINE)
 # an include guard around a prelude (`#ifndef X` then `#define X`): undefined before each kernel, so every kernel's
 # namespace gets its own copy of the helpers the guard protects
@@ -66,10 +72,18 @@ class CudaKernel:
         var_names = tuple(str(v.arg[0]) for v in program.src[1:] if v.op is Ops.DEFINE_VAR)
         return CudaKernel(program.src[0].arg, program.arg, var_names)
 
+    def launch_args(self, namespace: str) -> list[str]:
+        """The arguments the generated launcher (in `emu_launch_<name>`, given `bufs` and `vars`) passes the kernel
+        function: each buffer, converting to the pointer type the kernel declares, then each variable. A kernel
+        whose frame differs (Metal's) overrides it; `namespace` is the one its source was put in."""
+        return [f"cuda_emu::AnyPtr{{bufs[{p}]}}" for p in range(len(self.info.params))] + \
+            [f"vars[{v}]" for v in range(len(self.var_names))]
+
     @property
     def cooperative(self) -> bool:
-        """Whether its threads can talk to each other (barriers), so the emulator must run them as threads."""
-        return "__sync" in self.source
+        """Whether its threads can talk to each other (barriers, or the warp-collective tensor-core helper, which
+        cuda_emu.h emulates with barriers), so the emulator must run them as threads."""
+        return "__sync" in self.source or "plygrad_mma_" in self.source
 
 
 def cache_dir() -> Path:
@@ -133,8 +147,7 @@ def _unit(kernels: Sequence[CudaKernel], prelude: str, launchers: bool) -> _Unit
     if launchers:
         for i, kernel in enumerate(distinct):
             unique = names[kernel]
-            args = [f"cuda_emu::AnyPtr{{bufs[{p}]}}" for p in range(len(kernel.info.params))]
-            args += [f"vars[{v}]" for v in range(len(kernel.var_names))]
+            args = kernel.launch_args(f"plygrad_kernel_{i}")
             lines.append(
                 f'extern "C" int emu_launch_{unique}(void* const* bufs, const long long* vars, const unsigned* grid, '
                 "const unsigned* block, int cooperative, int reverse) {\n"
@@ -167,11 +180,16 @@ def gxx() -> str:
 class EmuLibrary:
     """Many kernels built into one shared library; `run` launches one of them on NumPy arrays."""
 
+    # the emulation headers, written beside the unit (the last one is included first), and the headers a kernel may
+    # include that become empty files (what they declare comes from the emulation headers)
+    headers: ClassVar[tuple[Path, ...]] = (HEADER,)
+    stub_headers: ClassVar[tuple[str, ...]] = CUDA_HEADERS
+
     def __init__(self, kernels: Sequence[CudaKernel]) -> None:
         if not kernels:
             raise EmulationError("EmuLibrary needs at least one kernel")
-        header = HEADER.read_text(encoding="utf-8")
-        self._unit = _unit(kernels, '#include "cuda_emu.h"', launchers=True)
+        header = "\0".join(path.read_text(encoding="utf-8") for path in self.headers)
+        self._unit = _unit(kernels, f'#include "{self.headers[-1].name}"', launchers=True)
         compiler = gxx()
         # -O0: building is most of the check's time (150 kernels: 2.0 s at -O0, 4.7 s at -O1) and test kernels are
         # small; -ffp-contract=off: a*b+c stays two roundings, as on the device (the renderer asks for no FMA)
@@ -186,8 +204,9 @@ class EmuLibrary:
 
     def _build(self, folder: Path, key: str, header: str, compiler: str, flags: list[str], lib: Path) -> None:
         work = Path(tempfile.mkdtemp(prefix=f"emu-{key}-", dir=folder))
-        (work / "cuda_emu.h").write_text(header, encoding="utf-8")
-        for name in CUDA_HEADERS:  # what they declare comes from cuda_emu.h
+        for path in self.headers:
+            (work / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        for name in self.stub_headers:  # what they declare comes from the emulation headers
             (work / name).write_text("#pragma once\n", encoding="utf-8")
         source = work / "unit.cpp"
         error_getter = 'extern "C" const char* emu_last_error() { return cuda_emu::last_error; }\n'
@@ -232,8 +251,8 @@ class EmuLibrary:
         fn = getattr(self._lib, f"emu_launch_{self._unit.names[kernel]}")
         fn.restype = ctypes.c_int
         # each buffer runs inside a larger one whose margins hold a pattern: a write out of bounds changes them
-        guarded = [np.full(param.size * buf.dtype.itemsize + 2 * GUARD_BYTES, GUARD_FILL, np.uint8)
-                   for param, buf in zip(info.params, buffers, strict=True)]
+        guarded = [_aligned_room(param.size * buf.dtype.itemsize) for param, buf in zip(info.params, buffers,
+                                                                                         strict=True)]
         for param, buf, room in zip(info.params, buffers, guarded, strict=True):
             room[GUARD_BYTES:GUARD_BYTES + param.size * buf.dtype.itemsize] = buf.reshape(-1).view(np.uint8)[
                 :param.size * buf.dtype.itemsize]
@@ -241,7 +260,8 @@ class EmuLibrary:
         vals = (ctypes.c_longlong * max(1, len(values)))(*values)
         dims = ctypes.c_uint * 3
         if fn(pointers, vals, dims(*grid), dims(*block), int(kernel.cooperative), int(reverse)) != 0:
-            raise EmulationError(f"kernel {info.name!r}: {self._lib.emu_last_error().decode()}")
+            message = self._lib.emu_last_error().decode()
+            raise EmulationError(f"kernel {info.name!r}: {_name_address(message, info, guarded)}")
         for param, buf, room in zip(info.params, buffers, guarded, strict=True):
             nbytes = param.size * buf.dtype.itemsize
             for side, margin in (("before", room[:GUARD_BYTES]), ("after", room[GUARD_BYTES + nbytes:])):
@@ -250,6 +270,30 @@ class EmuLibrary:
                                          f"({param.size} x {param.dtype})")
             buf.reshape(-1).view(np.uint8)[:nbytes] = room[GUARD_BYTES:GUARD_BYTES + nbytes]
         return [buf for param, buf in zip(info.params, buffers, strict=True) if param.writable]
+
+
+def _aligned_room(nbytes: int) -> np.ndarray:
+    """`nbytes` with GUARD_BYTES of GUARD_FILL on either side, the middle starting at a multiple of BUFFER_ALIGN."""
+    raw = np.full(nbytes + 2 * GUARD_BYTES + BUFFER_ALIGN, GUARD_FILL, np.uint8)
+    shift = -(raw.ctypes.data + GUARD_BYTES) % BUFFER_ALIGN
+    return raw[shift:shift + nbytes + 2 * GUARD_BYTES]
+
+
+def _name_address(message: str, info: ProgramInfo, guarded: Sequence[np.ndarray]) -> str:
+    """`message` with the buffer and element an address in it points at (`data1 + 3 elements`), where it does."""
+    match = _MISALIGNED.search(message)
+    if match is None:
+        return message
+    address = int(match.group(1), 16)
+    for param, room in zip(info.params, guarded, strict=True):
+        start = room.ctypes.data + GUARD_BYTES
+        if start <= address < start + max(param.size * param.dtype.itemsize, 1):
+            offset = address - start
+            where = f"data{param.index} + {offset // param.dtype.itemsize} elements"
+            if offset % param.dtype.itemsize:
+                where += f" + {offset % param.dtype.itemsize} bytes"
+            return f"{message} [{where}]"
+    return message
 
 
 def nvcc() -> str:

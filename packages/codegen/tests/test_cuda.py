@@ -312,7 +312,7 @@ def test_stores_in_their_own_loops_are_not_multiplied_into_the_grid() -> None:
 def test_gpu_heuristic() -> None:
     def opts(kernel: UOp) -> list[Opt]:
         return choose_opts(kernel, SM90)
-    assert opts(elementwise_add(dtypes.float32, 1 << 16)) == [Opt(L, 0, 256)]
+    assert opts(elementwise_add(dtypes.float32, 1 << 16)) == [Opt(U, 0, 4), Opt(L, 0, 256)]  # float4 per thread
     assert opts(full_sum(1 << 16)) == [Opt(G, 0, 256)]  # one output: the block shares the reduction
     assert opts(reduce_rows(Ops.ADD, dtypes.float32, 4096, 64)) == [Opt(L, 0, 256)]  # short rows: one thread each
     assert Opt(U, 0, 4) in opts(matmul(64, 64, 64))  # 4 rows per thread reuse each column load
@@ -338,5 +338,7 @@ def test_errors_name_the_problem() -> None:
 def test_cuda_target_factory() -> None:
     t = Target.cuda("sm_80")
     assert (t.renderer, t.arch, t.device, t.has_local, t.has_shared) == ("cuda", "sm_80", "NV", True, True)
-    assert t.shared_max == 48 * 1024 and t.max_threads_per_group == 1024 and t.vector_widths == ()
+    assert t.shared_max == 48 * 1024 and t.max_threads_per_group == 1024
+    assert t.vector_widths_for(dtypes.float32) == (2, 4) and t.vector_widths_for(dtypes.float16) == (2, 4, 8)
+    assert t.vector_widths_for(dtypes.bool) == ()  # 16 bytes at most per access, no bool vectors
     assert Target.from_bytes(t.to_bytes()) == t

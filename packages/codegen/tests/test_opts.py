@@ -86,14 +86,16 @@ def test_heuristic_never_picks_workgroup_actions_on_a_cpu() -> None:
 
 def test_heuristic_choices() -> None:
     opts = choose_opts(matmul(64, 64, 64), CPU4)
-    # the vector width (float32 x 8) on the contiguous output axis, a 4-row register tile, the reduce unrolled
-    assert opts == [Opt(OptOps.UNROLL, 2, 4), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4),
-                    Opt(OptOps.THREAD, 0, 4)]
+    # the vector width (float32 x 8) on the contiguous output axis, a register tile of 4 rows x 2 vectors (8
+    # accumulators: a target without 64-byte vectors has 16 registers), threads over the 4 column panels (tiles.py)
+    assert opts == [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 0, 4),
+                    Opt(OptOps.THREAD, 1, 4)]
     scalar = Target("CPU", "c", threads=4, vector_widths=())
     assert Opt(OptOps.UPCAST, 1, 4) in choose_opts(matmul(64, 64, 64), scalar)
-    # a workgroup target gets the GPU heuristic: 4 rows per thread, 256 threads over the columns then the rows
-    assert choose_opts(matmul(64, 64, 64), GPU) == [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.LOCAL, 1, 64),
-                                                   Opt(OptOps.LOCAL, 0, 4)]
+    # a workgroup target gets the GPU heuristic: a 4 x 4 tile per thread (16-byte column vectors, 4 rows), 256
+    # threads over the columns then the rows
+    assert choose_opts(matmul(64, 64, 64), GPU) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4),
+                                                   Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.LOCAL, 0, 16)]
     assert choose_opts(elementwise_add(dtypes.float32, 6), CPU4) == []
 
 

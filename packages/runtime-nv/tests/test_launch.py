@@ -53,6 +53,14 @@ def test_parameters_outside_the_contract_are_refused(sizes: tuple[int, ...], val
         pack_arguments([0x1000], vals, param_sizes=sizes, name="k")
 
 
+def test_a_misaligned_buffer_pointer_is_refused() -> None:
+    """Kernels make 16-byte vector accesses where an index is a multiple of the width: only an aligned start keeps
+    them aligned (the program contract, docs/codegen.md §5)."""
+    pack_arguments([0x1000, 0x7F0000000010, 0], [])
+    with pytest.raises(BackendError, match=r"'E_4': buffer 1 is at 0x1008, not a multiple of 16 bytes"):
+        pack_arguments([0x1000, 0x1008], [], name="E_4")
+
+
 def test_grid_is_the_global_size_and_block_the_local_size() -> None:
     assert launch_dims((4, 2, 1), (256, 1, 1), LaunchLimits()) == ((4, 2, 1), (256, 1, 1))
     assert launch_dims((1, 1, 1), None, LaunchLimits()) == ((1, 1, 1), (1, 1, 1))

@@ -12,7 +12,9 @@ Three rule tables, run in this order by lower.py:
   the op's identity where the reduce lives, updated inside its loops, read after them. UNROLL ranges are not
   loops: each step of the remaining loops applies the update once per unrolled value, in the same order the
   plain loop would, so unrolling one reduce axis (however often it is split) never changes a floating-point
-  result. Unrolling two different reduce axes reorders the accumulation as any loop interchange does.
+  result. Unrolling two different reduce axes reorders the accumulation as any loop interchange does. A
+  reduction BLOCK split (block.py) is lowered together with its store, in the same table: its accumulator starts
+  from the partial value the previous block stored.
 
 The ordering the linearizer needs is carried by extra sources (the GRAPH stage allows them): the init STORE lists
 the ranges open around the reduce, the in-loop LOAD lists the init STORE and the reduce loops, and the final LOAD
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from plygrad.codegen.block import block_range, lower_blocked
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.scope import loop_scopes
 from plygrad.codegen.vectorize import vector_axis, vectorize_store
@@ -104,7 +108,13 @@ class RegSlots:
         return self.used - 1
 
 
-def lower_one_reduce(ctx: RegSlots, red: UOp) -> UOp:
+def lower_one_reduce(ctx: RegSlots, red: UOp) -> UOp | None:
+    """A REDUCE as an accumulator (module docstring); a blocked one waits for its store (`lower_blocked`)."""
+    return None if block_range(red) is not None else accumulate(ctx, red)
+
+
+def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = None) -> UOp:
+    """`red` lowered to an accumulator that starts from `start(identity)` (by default the identity itself)."""
     op: Ops = red.arg
     value, ranges = red.src[0], red.src[1:]
     # splitting an axis again makes the new inner part the more significant one (r = (o*k2 + u2)*k1 + u1), so
@@ -123,6 +133,8 @@ def lower_one_reduce(ctx: RegSlots, red: UOp) -> UOp:
     identity = reduce_identity(op, red.dtype.scalar())
     if red.dtype.count > 1:  # a vector accumulator (vectorize.py): every lane starts from the identity
         identity = UOp(Ops.VECTORIZE, red.dtype, (identity,) * red.dtype.count)
+    if start is not None:
+        identity = start(identity)
     if not loops:  # fully unrolled: a chain from the identity, exactly what the loop would compute
         result = identity
         for v in values:
@@ -139,7 +151,13 @@ def lower_one_reduce(ctx: RegSlots, red: UOp) -> UOp:
     return UOp(Ops.LOAD, red.dtype, (slot, UOp(Ops.END, dtypes.void, (update, *loops))))
 
 
-lower_reduce: Final = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_one_reduce)], name="lower_reduce")
+def lower_blocked_sink(ctx: RegSlots, sink: UOp) -> UOp | None:
+    """The reductions BLOCK split, lowered with their stores (block.py)."""
+    return lower_blocked(sink, lambda red, start: accumulate(ctx, red, start))
+
+
+lower_reduce: Final = PatternMatcher([(UPat(Ops.REDUCE, name="red"), lower_one_reduce),
+                                      (UPat(Ops.SINK, name="sink"), lower_blocked_sink)], name="lower_reduce")
 
 
 @dataclass

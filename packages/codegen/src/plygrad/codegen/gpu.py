@@ -32,15 +32,21 @@ from plygrad.ir import AddrSpace, AxisType, Ops, PatternMatcher, Target, UOp, UP
 
 
 def shared_output_ranges(kernel: UOp) -> set[UOp]:
-    """The output loops (LOOP/GLOBAL ranges) that every STORE of `kernel` depends on. Only those can be launch
-    dimensions: a kernel writing several slices in their own loop nests (a wide cat, scheduler/concat.py) would
-    otherwise launch the product of every nest's sizes, each thread redoing all of them; their own loops run
-    serially inside each thread instead."""
+    """The output loops (LOOP/GLOBAL ranges) that every STORE of `kernel` and every REDUCE depends on. Only those
+    can be launch dimensions:
+    - a kernel writing several slices in their own loop nests (a wide cat, scheduler/concat.py) would otherwise
+      launch the product of every nest's sizes, each thread redoing all of them; their own loops run serially
+      inside each thread instead;
+    - a REDUCE that does not depend on an output loop (softmax's row sum, read by every element of its row: the
+      scheduler fuses it there, docs/scheduler.md rule 4) is computed once per iteration of the loops it does
+      depend on only while the others stay loops inside the thread; as launch dimensions every thread would
+      recompute it."""
+    outputs = (AxisType.LOOP, AxisType.GLOBAL)
     common: set[UOp] | None = None
-    for store in (n for n in kernel.toposort if n.op is Ops.STORE):
-        ranges = {n for n in store.toposort
-                  if n.op is Ops.RANGE and n.arg[1] in (AxisType.LOOP, AxisType.GLOBAL)}
-        common = ranges if common is None else common & ranges
+    for node in kernel.toposort:
+        if node.op is Ops.STORE or node.op is Ops.REDUCE:
+            ranges = {n for n in node.toposort if n.op is Ops.RANGE and n.arg[1] in outputs}
+            common = ranges if common is None else common & ranges
     return common or set()
 
 

@@ -19,9 +19,20 @@ Rules of thumb, cheapest first, each justified by what the C compiler does with 
   OpenMP's start-up to pay off.
 
 Targets with workgroups (GPUs) take `choose_gpu_opts` instead:
+- Tensor cores first: a matmul-shaped kernel one of `target.tensor_cores` fits (float16/bfloat16 inputs, sizes
+  multiples of the tile) gets TC, 2x2 tiles per warp and up to 2x2 warps per block (tensor_core.py), and nothing
+  else below.
 - GROUP a long reduction (>= GROUP_MIN_REDUCE iterations) whose kernel has few outputs (< GROUP_MAX_OUTPUTS): a
   handful of blocks cannot fill a GPU, so the threads of one block share each reduction (shared-memory partials).
-  Only reductions not nested in another reduction's loop are grouped.
+  Also, whatever the output count, one whose loads read the reduced axis contiguously (a sum or softmax over the
+  last axis): one thread per row would put neighbouring threads a row apart (uncoalesced), while a block per row
+  has its threads read neighbouring elements. Where the output axis is the contiguous one (a sum over the first
+  axis) the serial form is already coalesced and stays. Only reductions not nested in another reduction's loop are
+  grouped.
+- Vector width: UPCAST the innermost output axis by the widest vector width dividing it whose stores are provably
+  aligned (so each thread moves up to 16 bytes per access): in an elementwise kernel when every store writes the
+  axis contiguously, in a reduction only when its loads also read the axis contiguously (a sum over the first axis,
+  a matmul's columns) so they become vector loads too. Never with GROUP (the block shares one row).
 - UPCAST the row axis of a matmul-shaped kernel (a reduction, two or more output axes) by 4: each thread keeps 4
   accumulators and reuses every load of the column operand 4 times, while neighbouring threads still read
   neighbouring columns.
@@ -33,10 +44,13 @@ from __future__ import annotations
 
 from typing import Final
 
+from plygrad.codegen.alignment import divides
 from plygrad.codegen.gpu import shared_output_ranges
 from plygrad.codegen.opts import kernel_ranges
 from plygrad.codegen.scope import loop_scopes
-from plygrad.codegen.vectorize import VECTOR_DTYPES, VECTOR_OPS, lane_stride
+from plygrad.codegen.tensor_core import choose_tensor_core_opts
+from plygrad.codegen.tiles import register_tile
+from plygrad.codegen.vectorize import VECTOR_DTYPES, VECTOR_OPS, lane_stride, vector_forms
 from plygrad.ir import AxisType, GroupOp, Ops, Opt, OptOps, PtrDType, Target, UOp, dtypes
 
 FULL_UNROLL_MAX: Final = 8
@@ -48,6 +62,7 @@ GROUP_MAX_OUTPUTS: Final = 1024  # fewer outputs than this leave most of a GPU i
 GROUP_THREADS: Final = 256
 LOCAL_THREADS: Final = 256
 SCALAR_COPIES_MAX: Final = 256  # scalar op copies an UPCAST may make (a 500-op relu chain took 3 s to compile)
+GPU_VECTOR_BYTES: Final = 16  # the widest access of a GPU thread (ld.global.v4.b32): wider UPCASTs only add registers
 
 
 def scalar_ops(kernel: UOp) -> int:
@@ -69,6 +84,15 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
     work = 1  # loop iterations of the whole kernel, before any split
     for size in sized.values():
         work *= max(size, 1)
+    scalar = scalar_ops(kernel)
+    if reduces and outputs:  # matmul-shaped: register tiles, cache blocks, threads over panels (tiles.py)
+        width = vector_width(kernel, ranges[outputs[-1]], target)
+        tiled = None
+        if width and width * scalar <= SCALAR_COPIES_MAX:
+            tiled = register_tile(kernel, target, width, scalar_ops=scalar, copies_max=SCALAR_COPIES_MAX,
+                                  thread_min_work=THREAD_MIN_WORK)
+        if tiled is not None:
+            return tiled
     opts: list[Opt] = []
     if reduces:
         axis = reduces[-1]
@@ -77,7 +101,6 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
         elif sized[axis] % UPCAST_AMOUNT == 0 and sized[axis] > 0:
             opts.append(Opt(OptOps.UNROLL, axis, UPCAST_AMOUNT))
     width = vector_width(kernel, ranges[outputs[-1]], target) if outputs else 0
-    scalar = scalar_ops(kernel)
     if width * scalar > SCALAR_COPIES_MAX:
         width = 0
     if width:
@@ -123,8 +146,57 @@ def _largest_power_of_two(size: int, limit: int) -> int:
     return amount
 
 
+def _global_loads(root: UOp, r: UOp) -> list[UOp]:
+    """The LOADs from kernel buffers in `root` whose index depends on range `r`."""
+    return [n for n in root.toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX
+            and n.src[0].src[0].op is Ops.PARAM and r in n.src[0].src[1].toposort]
+
+
+def reads_contiguously(root: UOp, r: UOp) -> bool:
+    """Whether `root` loads along range `r`, every such load with stride 1 (neighbouring values of r, neighbouring
+    elements)."""
+    loads = _global_loads(root, r)
+    return bool(loads) and all(lane_stride(n.src[0].src[1], r) == 1 for n in loads)
+
+
+def value_ops(kernel: UOp) -> int:
+    """The value ops of `kernel` (index math not counted): on a GPU every one is copied per UPCAST lane."""
+    return sum(1 for n in kernel.toposort
+               if n.op in GroupOp.ALU and n.dtype is not dtypes.index and not all(s.dtype is dtypes.index
+                                                                                  for s in n.src))
+
+
+def gpu_vector_width(kernel: UOp, axis: UOp, target: Target) -> int:
+    """The widest vector width for UPCASTing output `axis` on a GPU (module docstring), or 0: every store writes
+    the axis contiguously (stride 1, no gate depending on it) in dtypes the renderer has memory vectors of, at an
+    index that is a multiple of the width once the axis is split by it (aligned), and in a reduction every load
+    along the axis reads it contiguously too."""
+    stores = [n for n in kernel.toposort if n.op is Ops.STORE and isinstance(n.src[0].dtype, PtrDType)]
+    if axis.src[0].op is not Ops.CONST or not stores:
+        return 0
+    size = int(axis.src[0].arg)
+    if any(n.op is Ops.REDUCE for n in kernel.toposort) and not reads_contiguously(kernel, axis):
+        return 0
+    memory = vector_forms(target).memory
+    widths: set[int] | None = None
+    firsts: list[UOp] = []
+    for store in stores:
+        index, dtype = store.src[0], store.src[1].dtype
+        if lane_stride(index.src[1], axis) != 1 or (len(index.src) == 3 and axis in index.src[2].toposort) \
+                or dtype not in memory:
+            return 0
+        own = {w for w in target.vector_widths_for(dtype) if w * dtype.itemsize <= GPU_VECTOR_BYTES}
+        widths = own if widths is None else widths & own
+        firsts.append(index.src[1].substitute({axis: UOp.const(dtypes.index, 0)}))
+    return max((w for w in widths or () if size % w == 0 and size >= max(w, 2 * UPCAST_AMOUNT)
+                and all(divides(w, first) for first in firsts)), default=0)
+
+
 def choose_gpu_opts(kernel: UOp, target: Target) -> list[Opt]:
     """Optimizations for a target with workgroups (module docstring): GROUP, UPCAST, LOCAL."""
+    tensor_cores = choose_tensor_core_opts(kernel, target)  # a float16/bfloat16 matmul: warp tiles (tensor_core.py)
+    if tensor_cores:
+        return tensor_cores
     ranges = kernel_ranges(kernel)
     sized = {axis: int(r.src[0].arg) for axis, r in ranges.items() if r.src[0].op is Ops.CONST}
     shared = shared_output_ranges(kernel)  # a range only some stores use stays a loop (gpu.py), never threads
@@ -135,7 +207,7 @@ def choose_gpu_opts(kernel: UOp, target: Target) -> list[Opt]:
         output_elements *= sized[axis]
     opts: list[Opt] = []
     group = 1
-    if output_elements < GROUP_MAX_OUTPUTS and target.has_shared:
+    if target.has_shared:
         scopes = loop_scopes(kernel)
         limit = min(GROUP_THREADS, target.max_threads_per_group, target.local_max[0],
                     target.shared_max // 8 if target.shared_max else 0)
@@ -145,13 +217,22 @@ def choose_gpu_opts(kernel: UOp, target: Target) -> list[Opt]:
             axis = int(red.src[-1].arg[0])
             if red.dtype.count > 1 or sized.get(axis, 0) < GROUP_MIN_REDUCE:
                 continue
+            if output_elements >= GROUP_MAX_OUTPUTS and not reads_contiguously(red.src[0], red.src[-1]):
+                continue  # enough outputs to fill the GPU, and one thread per output reads coalesced already
             amount = _largest_power_of_two(sized[axis], limit)
             if amount >= 2 and all(o.axis != axis for o in opts):
                 opts.append(Opt(OptOps.GROUP, axis, amount))
                 group = max(group, amount)
     reduces = any(r.arg[1] is AxisType.REDUCE for r in ranges.values())
+    copies = 1  # scalar copies of every value op the UPCASTs make
+    width = gpu_vector_width(kernel, ranges[outputs[-1]], target) if outputs and group == 1 else 0
+    if width and width * value_ops(kernel) <= SCALAR_COPIES_MAX:
+        opts.append(Opt(OptOps.UPCAST, outputs[-1], width))
+        sized[outputs[-1]] //= width
+        copies = width
     if reduces and group == 1 and len(outputs) >= 2 and sized[outputs[-2]] % UPCAST_AMOUNT == 0 \
-            and sized[outputs[-2]] >= 2 * UPCAST_AMOUNT and UPCAST_AMOUNT * scalar_ops(kernel) <= SCALAR_COPIES_MAX:
+            and sized[outputs[-2]] >= 2 * UPCAST_AMOUNT \
+            and copies * UPCAST_AMOUNT * value_ops(kernel) <= SCALAR_COPIES_MAX:
         opts.append(Opt(OptOps.UPCAST, outputs[-2], UPCAST_AMOUNT))
         sized[outputs[-2]] //= UPCAST_AMOUNT
     budget = min(LOCAL_THREADS, target.max_threads_per_group) // group

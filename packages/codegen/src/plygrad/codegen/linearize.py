@@ -25,7 +25,8 @@ from plygrad.ir import AddrSpace, AxisType, Ops, PtrDType, UOp, dtypes
 
 INLINE_OPS: Final = frozenset({Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.INDEX, Ops.RANGE, Ops.DEFINE_REG,
                                Ops.END, Ops.SINK})
-_TYPE_RANK: Final = {AxisType.THREAD: 0, AxisType.GLOBAL: 1, AxisType.LOCAL: 2, AxisType.LOOP: 3}
+# output loops nest in this order (then by axis id): a BLOCK loop (block.py) inside the threads, around the rest
+_TYPE_RANK: Final = {AxisType.THREAD: 0, AxisType.GLOBAL: 1, AxisType.LOCAL: 2, AxisType.BLOCK: 3, AxisType.LOOP: 4}
 
 Path = tuple[UOp, ...]
 
@@ -128,7 +129,7 @@ def linearize(sink: UOp) -> list[UOp]:
     depth = _range_depths(sink, scopes)
 
     def range_key(r: UOp) -> tuple[int, int, int]:
-        return (depth.get(r, 0), _TYPE_RANK.get(r.arg[1], 4), int(r.arg[0]))
+        return (depth.get(r, 0), _TYPE_RANK.get(r.arg[1], 5), int(r.arg[0]))
 
     outer = _enclosing(sink, scopes, range_key)
 

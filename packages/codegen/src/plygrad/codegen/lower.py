@@ -12,6 +12,7 @@
    width vector lanes (vectorize.py);
    `group_reduce`: GROUP_REDUCE reductions become shared-memory partials, a barrier and a serial finish (gpu.py);
 5. `lower_reduce`: REDUCEs become accumulators updated in their loops, UNROLL ranges unrolled updates;
+   `fuse_wmma`: a tensor-core product added to accumulators becomes one WMMA accumulating them (tensor_core.py);
 6. `simplify_lowered`: the symbolic rules again over the constants the expansion substituted;
 7. `linearize`: the flat statement list with loops (linearize.py);
 8. `render`: the target's renderer (renderer/), and ProgramInfo with op and memory estimates.
@@ -34,6 +35,7 @@ from plygrad.codegen.linearize import linearize
 from plygrad.codegen.opts import apply_opts, kernel_name
 from plygrad.codegen.renderer import KernelSource, get_renderer
 from plygrad.codegen.scope import range_size
+from plygrad.codegen.tensor_core import fuse_accumulators
 from plygrad.ir import (
     AxisType,
     IRError,
@@ -122,6 +124,10 @@ def _lower_reduce(state: Lowering) -> Lowering:
     return replace(state, kernel=graph_rewrite(state.kernel, lower_reduce, ctx=RegSlots()))
 
 
+def _fuse_wmma(state: Lowering) -> Lowering:
+    return replace(state, kernel=fuse_accumulators(state.kernel))
+
+
 def _linearize(state: Lowering) -> Lowering:
     return replace(state, linear=linearize(state.kernel))
 
@@ -150,6 +156,7 @@ PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("expand_upcast", _expand_upcast),
     ("group_reduce", _group_reduce),
     ("lower_reduce", _lower_reduce),
+    ("fuse_wmma", _fuse_wmma),
     ("simplify_lowered", _simplify),
     ("linearize", _linearize),
     ("render", _render),
@@ -241,6 +248,9 @@ def estimate(linear: list[UOp]) -> tuple[int, int]:
             if isinstance(ptr, PtrDType) and node.src[0].src[0].op is Ops.PARAM:
                 value = node if node.op is Ops.LOAD else node.src[1]  # a vector moves all of its lanes
                 mem += ptr.base.itemsize * value.dtype.count * trips[-1]
+        elif node.op is Ops.WMMA:  # a tile's multiply-adds, shared by the lanes that compute it together
+            m, n, k = node.arg.dims
+            ops += trips[-1] * 2 * m * n * k // node.arg.threads
         elif node.op not in (Ops.IF, Ops.ENDIF, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.BARRIER,
                              Ops.DEFINE_LOCAL) \
                 and not _index_math(node):

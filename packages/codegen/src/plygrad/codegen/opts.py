@@ -9,8 +9,13 @@ An action names a RANGE by its axis id (`RANGE.arg[0]`, unique within a kernel) 
 | LOCAL    | LOOP, GLOBAL (has_local)  | r -> r_outer*k + r_inner, r_inner a LOCAL range (workgroup threads)      |
 | GROUP    | REDUCE (has_local)        | r -> r_outer*k + r_inner, r_inner a GROUP_REDUCE range                   |
 | THREAD   | LOOP, GLOBAL              | marks r as a THREAD range: the C renderer runs it with OpenMP            |
+| TC       | REDUCE (tensor cores)     | axis: the matmul's reduce axis (K); amount: the index of one of          |
+|          |                           | `target.tensor_cores`. M, N, K become warp tiles (tensor_core.py)        |
+| BLOCK    | REDUCE (CPU)              | r -> r_block*k + r_inner, r_block a BLOCK loop around the output loops   |
+|          |                           | (cache blocking; partial values kept in the output: block.py)            |
 
-The outer part keeps the axis id, the inner part gets the next free id, so later actions can address either.
+The outer part keeps the axis id, the inner part gets the next free id, so later actions can address either;
+BLOCK is the exception: its inner part keeps the id (and the reduction's loop order), the BLOCK range is new.
 `apply_opts` is the public entry a search (BEAM) drives; anything that does not apply raises `OptError` naming
 the action, the axis and what would be valid. The split itself is a rule table on the rewrite engine.
 """
@@ -21,8 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from plygrad.codegen.block import check_block
 from plygrad.codegen.errors import OptError
 from plygrad.codegen.expand import unshare_reduce_ranges
+from plygrad.codegen.tensor_core import apply_tensor_core
 from plygrad.ir import AxisType, KernelInfo, Ops, Opt, OptOps, PatternMatcher, Target, UOp, UPat, graph_rewrite
 
 _OUTPUT_AXES: Final = frozenset({AxisType.LOOP, AxisType.GLOBAL, AxisType.THREAD})
@@ -43,6 +50,7 @@ ACTIONS: Final[dict[OptOps, _Action]] = {
     OptOps.LOCAL: _Action(frozenset({AxisType.LOOP, AxisType.GLOBAL}), AxisType.LOCAL, True),
     OptOps.GROUP: _Action(frozenset({AxisType.REDUCE}), AxisType.GROUP_REDUCE, True),
     OptOps.THREAD: _Action(frozenset({AxisType.LOOP, AxisType.GLOBAL}), AxisType.THREAD, False),
+    OptOps.BLOCK: _Action(frozenset({AxisType.REDUCE}), AxisType.BLOCK, False),  # the *outer* part's type
 }
 
 
@@ -99,7 +107,7 @@ def _check(kernel: UOp, opt: Opt, target: Target | None) -> tuple[UOp, _Action]:
     action = ACTIONS.get(opt.op)
     if action is None:
         raise OptError(f"kernel {name!r}: {opt} uses {opt.op.name}, which this codegen does not implement; "
-                       f"use one of {sorted(o.name for o in ACTIONS)}")
+                       f"use one of {sorted([*(o.name for o in ACTIONS), OptOps.TC.name])}")
     ranges = kernel_ranges(kernel)
     r = ranges.get(opt.axis)
     if r is None:
@@ -129,10 +137,20 @@ def _check(kernel: UOp, opt: Opt, target: Target | None) -> tuple[UOp, _Action]:
 
 def apply_opt(kernel: UOp, opt: Opt, target: Target | None = None) -> UOp:
     """`kernel` with one optimization applied (recorded in its KernelInfo.opts). Raises OptError."""
+    if isinstance(opt, Opt) and opt.op is OptOps.TC:
+        kernel_ranges(kernel)  # one RANGE per axis id
+        info = kernel.arg if isinstance(kernel.arg, KernelInfo) else KernelInfo()
+        return apply_tensor_core(kernel, opt, target, kernel_name(kernel)).replace(
+            arg=KernelInfo(info.name, (*info.opts, opt)))
     r, action = _check(kernel, opt, target)
     if opt.op is OptOps.THREAD:
         marked = r.replace(arg=(r.arg[0], AxisType.THREAD))
         ctx = _Split(r, marked, (marked,))
+    elif opt.op is OptOps.BLOCK:
+        check_block(kernel, r, opt, target, kernel_name(kernel))
+        block = UOp.range(r.src[0].arg // opt.amount, max(kernel_ranges(kernel)) + 1, AxisType.BLOCK)
+        inner = UOp.range(opt.amount, r.arg[0], r.arg[1])
+        ctx = _Split(r, block * opt.amount + inner, (block, inner))
     else:
         new_axis = max(kernel_ranges(kernel)) + 1
         inner = UOp.range(opt.amount, new_axis, action.inner)

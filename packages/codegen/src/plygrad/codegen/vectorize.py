@@ -1,35 +1,54 @@
 """Vector lanes: one UPCAST axis of a store becomes the lanes of vector values instead of k scalar copies.
 
 The "vector width" of a kernel is the amount of the UPCAST whose axis a store indexes contiguously (stride 1) when
-that amount is one of `Target.vector_widths_for(dtype)`. `expand_upcast` (expand.py) unrolls every other UPCAST
-axis into scalar copies as before and hands each copy to `vectorize_store`, which rewrites the store's value graph
-over that axis `u` of k lanes. Every node gets one of three forms:
+the stored dtype has vectors of that width: `Target.vector_widths_for(dtype)` lists the widths, and the renderer's
+`VectorForms` (renderer/base.py) says what it can do with them. `expand_upcast` (expand.py) unrolls every other
+UPCAST axis into scalar copies as before and hands each copy to `vectorize_store`, which rewrites the store's value
+graph over that axis `u` of k lanes. Every node gets one of three forms:
 
 - the node itself, when it does not depend on `u` (shared by all lanes: a load of `a[i, r]` in a matmul);
-- a vector node of dtype `dtype.vec(k)`: a contiguous LOAD (one unaligned vector load from the lane-0 address),
-  an ALU op the renderer has as a vector op, a REDUCE over a vector value (a vector accumulator);
+- a vector node of dtype `dtype.vec(k)`: a contiguous LOAD (one vector load from the lane-0 address), an ALU op
+  the renderer has as a vector op, a REDUCE over a vector value (a vector accumulator);
 - `Lanes`: k scalar nodes, exactly the copies scalar unrolling would make (`u` replaced by 0..k-1). Anything
-  without a vector form stays this way (strided or gated-by-lane loads, casts, comparisons, integers, float16).
+  without a vector form stays this way (strided loads, loads gated by lane where the renderer lacks
+  `VectorForms.lane_gates`, casts, comparisons, integers, float16).
 
 An op becomes a vector op only when one of its operands already is a vector; its other operands are packed
 (VECTORIZE of the lanes, or a broadcast of a shared scalar). A scalar use of a vector takes its lane with GEP. A
 contiguous store of a vector value is one vector STORE, anything else k scalar stores. Lane j computes the same
 operations on the same values as scalar copy j, in the same order, so results are bit-identical to unrolling.
 
+Memory-only vectors. A dtype in `VectorForms.memory` but not in `.alu` (every dtype on a GPU, where arithmetic is
+scalar per thread and float16 computes in float) has vectors only where memory is touched: a contiguous load is one
+vector LOAD whose lanes are taken apart with GEP for the scalar ops, and a contiguous store packs its k scalar lanes
+with a VECTORIZE into one vector STORE. k need not be a width itself: it is moved in k/w accesses of the widest
+width w of the target's that divides it (8 float32 lanes are two float4 accesses).
+
+Alignment. Where the renderer's vector accesses must be aligned (`VectorForms.aligned`: CUDA), an access of w
+lanes is made only when its lane-0 element index is provably a multiple of w (alignment.py; the buffer itself
+starts aligned by the program contract); otherwise the next narrower width that is proven, down to scalar lanes,
+which are always correct. Without that requirement (C) an access is never narrowed.
+
 In the lowered graph a vector LOAD/STORE is a LOAD whose dtype (or a STORE whose value's dtype) is a vector while
-its INDEX is the scalar pointer at lane 0: k consecutive elements from there. Renderers must not assume alignment.
+its INDEX is the scalar pointer at its first lane: that many consecutive elements from there. Renderers with
+`aligned=False` must not assume alignment; the others may assume the size's alignment.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Final
 
+from plygrad.codegen.alignment import divides
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.renderer import get_renderer
+from plygrad.codegen.renderer.base import C_VECTOR_FORMS, VectorForms
 from plygrad.ir import DType, Ops, PtrDType, Target, UOp, dtypes
 
-# the dtypes whose values are IEEE ops in their own type in every renderer (float16/bfloat16 compute in float and
-# round after each op; integer vector arithmetic in C has no wrapping guarantee): others stay scalar lanes
-VECTOR_DTYPES: Final = frozenset({dtypes.float32, dtypes.float64})
+# the dtypes whose values are IEEE ops in their own type in C (float16/bfloat16 compute in float and round after
+# each op; integer vector arithmetic in C has no wrapping guarantee): others stay scalar lanes
+VECTOR_DTYPES: Final = C_VECTOR_FORMS.alu
 # ops with a vector form, each lane computing exactly the scalar op
 VECTOR_OPS: Final = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX})
 
@@ -74,20 +93,54 @@ def _scaled(coefficient: dict[UOp, int | None], a: UOp, b: UOp) -> int | None:
     return None
 
 
-def vectorizable(dtype: DType, width: int, target: Target) -> bool:
-    return dtype in VECTOR_DTYPES and width in target.vector_widths_for(dtype)
+@functools.cache
+def _renderer_forms(renderer: str) -> VectorForms:
+    try:
+        return get_renderer(renderer).vector_forms
+    except CodegenError:  # an unknown renderer: the render pass raises the error that names it and the known ones
+        return C_VECTOR_FORMS
+
+
+def vector_forms(target: Target) -> VectorForms:
+    """What the target's renderer can do with vectors (looked up once per renderer name)."""
+    return _renderer_forms(target.renderer)
+
+
+def access_widths(dtype: DType, lanes: int, target: Target) -> list[int]:
+    """The widths one vector access of `lanes` lanes of `dtype` may move, widest first (before alignment): `lanes`
+    itself for a dtype with vector ops (a vector value is all of its lanes), any width of the target's dividing
+    `lanes` for one whose vectors are memory-only; empty: scalar lanes."""
+    forms = vector_forms(target)
+    if dtype not in forms.memory:
+        return []
+    widths = target.vector_widths_for(dtype)
+    if dtype in forms.alu:
+        return [lanes] if lanes in widths else []
+    return sorted((w for w in widths if lanes % w == 0), reverse=True)
+
+
+def access_width(dtype: DType, lanes: int, first: UOp, target: Target) -> int:
+    """The lanes each vector access moves, for `lanes` lanes of `dtype` from element index `first`: the widest of
+    `access_widths` whose alignment is proven where the renderer needs it, else 1 (scalar lanes)."""
+    aligned = vector_forms(target).aligned
+    return next((w for w in access_widths(dtype, lanes, target) if not aligned or divides(w, first)), 1)
+
+
+def alu_vectors(dtype: DType, width: int, target: Target) -> bool:
+    """Whether an ALU op of `dtype` on `width` lanes may be one vector op."""
+    return dtype in vector_forms(target).alu and width in target.vector_widths_for(dtype)
 
 
 def contiguous_store(store: UOp, u: UOp, target: Target) -> bool:
-    """A STORE through `INDEX(buf, idx[, gate])` that can take a vector over `u`: stride 1, a gate shared by
-    every lane, a vectorizable dtype and width."""
+    """A STORE through `INDEX(buf, idx[, gate])` that can take vectors over `u`: stride 1, a gate shared by every
+    lane, a dtype with vectors of a width that fits the lanes."""
     index = store.src[0]
     ptr = index.dtype
     if store.op is not Ops.STORE or index.op is not Ops.INDEX or not isinstance(ptr, PtrDType):
         return False
     if len(index.src) == 3 and u in index.src[2].toposort:
         return False
-    return vectorizable(ptr.base, int(u.src[0].arg), target) and lane_stride(index.src[1], u) == 1
+    return bool(access_widths(ptr.base, int(u.src[0].arg), target)) and lane_stride(index.src[1], u) == 1
 
 
 def vector_axis(store: UOp, upcast: list[UOp], target: Target) -> UOp | None:
@@ -103,6 +156,7 @@ class Vectorizer:
         self.u = u
         self.width = int(u.src[0].arg)
         self.target = target
+        self.forms = vector_forms(target)
         self.done: dict[UOp, Value] = {}
 
     # ---- the three forms ---------------------------------------------------------------------------------------
@@ -122,6 +176,13 @@ class Vectorizer:
         if value.dtype.count > 1:
             return value
         return UOp(Ops.VECTORIZE, value.dtype.vec(self.width), (value,) * self.width)
+
+    def pack(self, value: Value, first: int, width: int) -> UOp:
+        """Lanes first .. first+width-1 of `value` as one vector of `width` lanes (a memory-only vector store's)."""
+        if not isinstance(value, Lanes) and value.dtype.count == width and first == 0:
+            return value
+        lanes = tuple(self.lane(value, j) for j in range(first, first + width))
+        return UOp(Ops.VECTORIZE, lanes[0].dtype.vec(width), lanes)
 
     def lanes(self, node: UOp) -> Lanes:
         """`node` computed per lane from its sources' lanes (what scalar unrolling gives)."""
@@ -152,37 +213,72 @@ class Vectorizer:
         return isinstance(found, Lanes) or found is not node
 
     def load(self, node: UOp) -> Value:
+        """One vector LOAD of every lane, or aligned pieces of them (lanes taken with GEP), or k scalar loads."""
         index = node.src[0]
-        if (len(node.src) == 1 and index.op is Ops.INDEX and vectorizable(node.dtype, self.width, self.target)
-                and lane_stride(index.src[1], self.u) == 1
-                and (len(index.src) == 2 or not self.depends(index.src[2]))):
-            first = index.replace(src=(index.src[0], self._lane0(index.src[1]), *index.src[2:]))
+        if (self.forms.lane_gates and len(node.src) == 1 and index.op is Ops.INDEX and len(index.src) == 3
+                and self.depends(index.src[2]) and lane_stride(index.src[1], self.u) == 1
+                and alu_vectors(node.dtype, self.width, self.target)):  # a gate per lane (VectorForms.lane_gates)
+            gates = tuple(self.lane(self.done[index.src[2]], j) for j in range(self.width))
+            first = index.replace(src=(index.src[0], self._at_lane(index.src[1], 0), *gates))
             return UOp(Ops.LOAD, node.dtype.vec(self.width), (first,))
-        return self.lanes(node)
+        if not (len(node.src) == 1 and index.op is Ops.INDEX and lane_stride(index.src[1], self.u) == 1
+                and (len(index.src) == 2 or not self.depends(index.src[2]))):
+            return self.lanes(node)
+        width = access_width(node.dtype, self.width, self._at_lane(index.src[1], 0), self.target)
+        if width == 1:
+            return self.lanes(node)
+        pieces = [UOp(Ops.LOAD, node.dtype.vec(width), (self._index_at(index, first),))
+                  for first in range(0, self.width, width)]
+        if width == self.width:
+            return pieces[0]
+        return Lanes(tuple(UOp(Ops.GEP, node.dtype, (pieces[j // width],), (j % width,)) for j in range(self.width)))
 
     def alu(self, node: UOp) -> Value:
         values = [self.done[s] for s in node.src]
         has_vector = any(not isinstance(v, Lanes) and v.dtype.count > 1 for v in values)
-        if not has_vector or not vectorizable(node.dtype, self.width, self.target) \
+        if not has_vector or not alu_vectors(node.dtype, self.width, self.target) \
                 or any(s.dtype is not node.dtype for s in node.src):
             return self.lanes(node)
         return UOp(node.op, node.dtype.vec(self.width), tuple(self.vector(v) for v in values))
 
     def reduce(self, node: UOp) -> Value:
         value = self.done[node.src[0]]
-        if isinstance(value, Lanes) or value.dtype.count == 1 or node.arg not in VECTOR_OPS:
+        if node.arg not in VECTOR_OPS or not alu_vectors(node.dtype, self.width, self.target):
+            return self.lanes(node)
+        if isinstance(value, Lanes):  # gathered operands (`a @ b.T`): packed once, then vector ops and accumulator
+            value = self.packed(node.src[0])
+        if value.dtype.count == 1:
             return self.lanes(node)
         return UOp(Ops.REDUCE, node.dtype.vec(self.width), (value, *node.src[1:]), node.arg)
 
-    def _lane0(self, index: UOp) -> UOp:
-        return index.substitute({self.u: UOp.const(dtypes.index, 0)})
+    def packed(self, node: UOp) -> UOp:
+        """`node` as one vector: vector ops where it is one of VECTOR_OPS, its lanes packed (VECTORIZE) where it
+        has no vector form. Lane j still computes scalar copy j's operations, so the bits do not change."""
+        found = self.done[node]
+        if isinstance(found, Lanes) and node.op in VECTOR_OPS and alu_vectors(node.dtype, self.width, self.target) \
+                and all(s.dtype is node.dtype for s in node.src):
+            return UOp(node.op, node.dtype.vec(self.width), tuple(self.packed(s) for s in node.src))
+        return self.vector(found)
+
+    def _at_lane(self, index: UOp, lane: int) -> UOp:
+        return index.substitute({self.u: UOp.const(dtypes.index, lane)})
+
+    def _index_at(self, index: UOp, lane: int) -> UOp:
+        """`INDEX(buf, idx[, gate])` at lane `lane`: the first element of an access starting there."""
+        return index.replace(src=(index.src[0], self._at_lane(index.src[1], lane), *index.src[2:]))
 
     def store(self, store: UOp) -> list[UOp]:
-        """`store` as one vector STORE or k scalar STOREs."""
+        """`store` as one vector STORE, as aligned pieces (memory-only vectors), or as k scalar STOREs."""
         index, value = store.src[0], self.visit(store.src[1])
-        if not isinstance(value, Lanes) and value.dtype.count > 1 and contiguous_store(store, self.u, self.target):
-            first = index.replace(src=(index.src[0], self._lane0(index.src[1]), *index.src[2:]))
-            return [store.replace(src=(first, value, *store.src[2:]))]
+        if contiguous_store(store, self.u, self.target):
+            dtype = store.src[1].dtype
+            width = access_width(dtype, self.width, self._at_lane(index.src[1], 0), self.target)
+            if width == self.width and not isinstance(value, Lanes) and value.dtype.count > 1:
+                return [store.replace(src=(self._index_at(index, 0), value, *store.src[2:]))]
+            if width > 1 and dtype not in self.forms.alu:  # memory-only vectors: the scalar lanes packed
+                return [store.replace(src=(self._index_at(index, first), self.pack(value, first, width),
+                                           *store.src[2:]))
+                        for first in range(0, self.width, width)]
         self.visit(index)
         return [store.replace(src=(self.lane(self.done[index], j), self.lane(value, j), *store.src[2:]))
                 for j in range(self.width)]

@@ -134,6 +134,7 @@ class AxisType(enum.Enum):
     UPCAST = "upcast"  # unrolled into vector lanes of an output axis
     UNROLL = "unroll"  # unrolled into vector lanes of a reduction axis
     THREAD = "thread"  # a CPU thread
+    BLOCK = "block"  # (opset 1.1) a reduction's outer part, looped around the output loops (cache blocking)
 
 
 class OptOps(enum.Enum):
@@ -149,3 +150,4 @@ class OptOps(enum.Enum):
     SWAP = "swap"
     TC = "tc"
     THREAD = "thread"
+    BLOCK = "block"  # (opset 1.1) cache blocking of a reduce axis: its outer part loops around the output loops

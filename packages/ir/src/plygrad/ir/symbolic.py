@@ -364,16 +364,25 @@ def _build_sum(dtype: DType, terms: dict[UOp, int], const: int) -> UOp:
     return _sum(dtype, parts)
 
 
-def normalize_sum(x: UOp) -> UOp | None:
-    """A sum with repeated terms or several constants -> each base once with its summed coefficient, the constant
-    last: a*x + y + b*x + 3 + 4 -> (a+b)*x + y + 7. Distributivity holds under wraparound, so for every int."""
-    found = _linear_terms(x)
+def _merged_terms(e: UOp) -> tuple[dict[UOp, int], list[tuple[UOp, int]], list[int]] | None:
+    """`_linear_terms` of `e` plus each base once with its summed coefficient."""
+    found = _linear_terms(e)
     if found is None:
         return None
     terms, consts = found
     merged: dict[UOp, int] = {}
     for base, k in terms:
         merged[base] = merged.get(base, 0) + k
+    return merged, terms, consts
+
+
+def normalize_sum(x: UOp) -> UOp | None:
+    """A sum with repeated terms or several constants -> each base once with its summed coefficient, the constant
+    last: a*x + y + b*x + 3 + 4 -> (a+b)*x + y + 7. Distributivity holds under wraparound, so for every int."""
+    found = _merged_terms(x)
+    if found is None:
+        return None
+    merged, terms, consts = found
     if len(merged) == len(terms) and len(consts) <= 1:
         return None
     return _build_sum(x.dtype, merged, sum(consts))
@@ -447,13 +456,10 @@ def _bit_of(base: UOp) -> tuple[UOp, int, bool] | None:
 def merge_bits(x: UOp) -> UOp | None:
     """In an index sum, k*(x % d) + k*d*((x // d) % 2) -> k*(x % (2d)) and k*(x % d) + k*d*(x // d) -> k*x, as
     often as they apply: the lowest bit x % 2 grows to x % 4, x % 8, ... and the top bit's x // d closes it to x."""
-    found = _linear_terms(x)
+    found = _merged_terms(x)
     if found is None:
         return None
-    terms, consts = found
-    merged: dict[UOp, int] = {}
-    for base, k in terms:
-        merged[base] = merged.get(base, 0) + k
+    merged, _, consts = found
     changed = False
     progress = True
     while progress:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Final
 
 FORMAT_VERSION: Final[tuple[int, int]] = (1, 0)
-OPSET_VERSION: Final[tuple[int, int]] = (1, 0)
+# 1.1: AxisType.BLOCK, OptOps.BLOCK and Target.cache_sizes (docs/ir.md §6)
+OPSET_VERSION: Final[tuple[int, int]] = (1, 1)
 
 
 def readable(found: tuple[int, int], reader: tuple[int, int]) -> bool:

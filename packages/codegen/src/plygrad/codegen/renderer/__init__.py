@@ -17,8 +17,11 @@ __all__ = ["KernelSource", "Renderer", "get_renderer", "known_renderers"]
 def _builtin() -> dict[str, type[Renderer]]:
     from plygrad.codegen.renderer.c import CRenderer
     from plygrad.codegen.renderer.cuda import CudaRenderer
+    from plygrad.codegen.renderer.hip import HipRenderer
+    from plygrad.codegen.renderer.metal import MetalRenderer
 
-    return {CRenderer.name: CRenderer, CudaRenderer.name: CudaRenderer}
+    return {CRenderer.name: CRenderer, CudaRenderer.name: CudaRenderer, HipRenderer.name: HipRenderer,
+            MetalRenderer.name: MetalRenderer}
 
 
 def _scan() -> tuple[dict[str, type[Renderer]], list[str]]:

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from plygrad.ir import ParamInfo, Target, UOp
+from plygrad.ir import DType, ParamInfo, Target, UOp, dtypes
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,37 @@ class KernelSource:
     variables: tuple[UOp, ...]
 
 
+@dataclass(frozen=True)
+class VectorForms:
+    """Which vector values a renderer can express; vectorize.py asks before it makes one (docs/codegen.md §2.1).
+
+    `alu`: dtypes whose ADD SUB MUL FDIV NEG MAX and REDUCE accumulators may be vector values (a CPU's SIMD
+    registers). `memory`: dtypes that may be loaded and stored k elements at a time; a dtype here but not in `alu`
+    has vectors only in memory: one vector load whose lanes are taken apart for scalar math, and scalar lanes packed
+    into one vector store (a GPU's 16-byte accesses). `aligned`: a vector access must be aligned to its size in
+    bytes (CUDA's `ld.global.v4`); codegen then makes one only where it proves the alignment, and smaller aligned
+    pieces or single lanes elsewhere. `lane_gates`: a contiguous load whose gate differs per lane (a padded
+    convolution's window at the border) may still be one vector LOAD, through `INDEX(buf, idx, gate_0, ...,
+    gate_k-1)`: the renderer loads every lane at once where all gates hold and lane by lane elsewhere (C).
+    The widths themselves are the Target's (`Target.vector_widths_for`)."""
+
+    alu: frozenset[DType]
+    memory: frozenset[DType]
+    aligned: bool = False
+    lane_gates: bool = False
+
+
+# what the C renderer has (GCC/Clang vector extensions): IEEE float ops in vectors, unaligned vector accesses
+C_VECTOR_FORMS = VectorForms(alu=frozenset({dtypes.float32, dtypes.float64}),
+                             memory=frozenset({dtypes.float32, dtypes.float64}), lane_gates=True)
+
+
 class Renderer(ABC):
-    """Renders a linearized kernel for one target; subclasses set `name` and implement `render`."""
+    """Renders a linearized kernel for one target; subclasses set `name` and implement `render`, and
+    `vector_forms` when their vectors differ from C's."""
 
     name: ClassVar[str] = ""
+    vector_forms: ClassVar[VectorForms] = C_VECTOR_FORMS
 
     def __init__(self, target: Target) -> None:
         self.target = target

@@ -191,6 +191,14 @@ class CFunction:
         if len(index.src) == 3:
             self.emit(f"{self.local_type(node.dtype)} {name} = {{0}};")
             self.emit(f"if ({self.ref(index.src[2])}) {copy}")
+        elif len(index.src) > 3:  # a gate per lane (VectorForms.lane_gates): all at once where every gate holds
+            gates = [self.ref(g) for g in index.src[2:]]
+            zero = self.literal(node.dtype.scalar(), _zero(node.dtype.scalar()))
+            start, buf = self.ref(index.src[1]), f"data{index.src[0].arg}"
+            lanes = ", ".join(f"{g} ? {buf}[{start} + {j}] : {zero}" for j, g in enumerate(gates))
+            self.emit(f"{self.local_type(node.dtype)} {name};")
+            self.emit(f"if ({' && '.join(gates)}) {copy}")
+            self.emit(f"else {name} = ({self.local_type(node.dtype)}){{{lanes}}};")
         else:
             self.emit(f"{self.local_type(node.dtype)} {name};")
             self.emit(copy)

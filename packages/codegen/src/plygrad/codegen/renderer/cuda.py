@@ -12,20 +12,33 @@ changes only the spelling and the frame:
 - workgroup reductions (gpu.py) use static `__shared__` arrays and `__syncthreads()`; a serial loop around a
   barrier ends each iteration with another one, and a global store outside the GROUP_REDUCE block is made by the
   thread with group index 0 only (all of them hold the same value);
-- no headers: built-in C++ types, 16-bit floats as `unsigned short` bits (cuda_types.py).
+- no headers: built-in C++ types, 16-bit floats as `unsigned short` bits (cuda_types.py);
+- vectors are memory-only (`vector_forms`): a vector LOAD is one aligned `plygrad_load_float4(&data1[i])` into a
+  struct whose lanes (GEP) are scalar locals, a vector STORE one `plygrad_store_float4` of the struct its
+  VECTORIZE packs; the arithmetic stays scalar, as a GPU thread's is.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 from plygrad.codegen.errors import CodegenError
-from plygrad.codegen.renderer.base import KernelSource, Renderer
+from plygrad.codegen.renderer.base import KernelSource, Renderer, VectorForms
 from plygrad.codegen.renderer.c import CFunction
-from plygrad.codegen.renderer.cuda_types import HELPERS, cuda_literal, cuda_local, cuda_storage
+from plygrad.codegen.renderer.cuda_mma import MmaStatements, warp_lanes
+from plygrad.codegen.renderer.cuda_types import (
+    HELPERS,
+    VECTOR_DTYPES,
+    cuda_literal,
+    cuda_local,
+    cuda_storage,
+    vector_source,
+    vector_type,
+)
 from plygrad.codegen.vectorize import lane_stride
 from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, Target, UOp, dtypes
 
@@ -86,7 +99,13 @@ def _pack(items: list[tuple[tuple[UOp, ...], int]], maxes: tuple[int, int, int],
                        f"most {maxes}; split the axes differently")
 
 
-def launch_plan(kernel: KernelSource, target: Target) -> LaunchPlan:
+def cuda_position(ids: str, dim: int) -> str:
+    """The 64-bit index of launch dimension `dim` of `ids` ("blockIdx" or "threadIdx"), as CUDA spells it."""
+    return f"(long long){ids}.{'xyz'[dim]}"
+
+
+def launch_plan(kernel: KernelSource, target: Target,
+                position: Callable[[str, int], str] = cuda_position) -> LaunchPlan:
     """The launch of `kernel`: GLOBAL ranges are blocks, LOCAL ranges threads, every GROUP_REDUCE range the one
     thread dimension after the LOCAL ones (sized by the largest; smaller ones guard). The range with the smallest
     stride in the stored indices comes first, so it is `x`: neighbouring threads store neighbouring elements."""
@@ -98,10 +117,12 @@ def launch_plan(kernel: KernelSource, target: Target) -> LaunchPlan:
 
     stored = [n.src[0].src[1] for n in kernel.linear if n.op is Ops.STORE and n.src[0].src[0].op is Ops.PARAM]
 
-    def innermost_first(r: UOp) -> tuple[float, int]:
+    lanes = warp_lanes(kernel.linear)  # a tensor core's lanes come first: a warp is threadIdx.x 0..31
+
+    def innermost_first(r: UOp) -> tuple[bool, float, int]:
         """The smallest stride the range has in a stored index (neighbouring threads, neighbouring elements)."""
         strides = [abs(s) for s in (lane_stride(index, r) for index in stored) if s]
-        return (min(strides, default=math.inf), -int(r.arg[0]))
+        return (r not in lanes, min(strides, default=math.inf), -int(r.arg[0]))
 
     def by_axis(axis_type: AxisType) -> list[UOp]:
         return sorted((r for r in ranges if r.arg[1] is axis_type), key=innermost_first)
@@ -121,7 +142,7 @@ def launch_plan(kernel: KernelSource, target: Target) -> LaunchPlan:
         for d, members in enumerate(_pack(items, maxes, what, kernel.name)):
             totals[d] = math.prod(size for _, size, _ in members)
             for rs, size, stride in members:
-                expr = f"(long long){ids}.{'xyz'[d]}"
+                expr = position(ids, d)
                 if stride > 1:
                     expr = f"({expr} / {stride})"
                 if stride * size < totals[d]:
@@ -143,6 +164,8 @@ class CudaRenderer(Renderer):
     """Renders a linearized kernel as one CUDA kernel; see the module docstring and docs/codegen.md §5."""
 
     name = "cuda"
+    # a GPU thread's arithmetic is scalar; its loads and stores move up to 16 aligned bytes at once
+    vector_forms = VectorForms(alu=frozenset(), memory=VECTOR_DTYPES, aligned=True)
 
     def render(self, kernel: KernelSource) -> str:
         return CudaFunction(kernel, self.target).source()
@@ -157,15 +180,24 @@ class CudaFunction(CFunction):
     """The C renderer's function state with CUDA's spelling, launch indices and shared memory."""
 
     reserved = CFunction.reserved | _CUDA_RESERVED
+    # spelling hooks of the frame a subclass (the metal renderer) changes: a workgroup barrier statement, and the
+    # expression of a launch index (launch_plan)
+    barrier = "__syncthreads();"
+    position = staticmethod(cuda_position)
 
     def __init__(self, kernel: KernelSource, target: Target) -> None:
         super().__init__(kernel)
         self.target = target
-        self.plan = launch_plan(kernel, target)
+        self.plan = launch_plan(kernel, target, self.position)
         self.closers: list[tuple[UOp, str, bool]] = []  # per open range: its closing text, whether a GROUP block
         self.group_depth = 0
         self.shared_bytes = 0
         self.barrier_loops = _loops_around_barriers(kernel.linear, self.plan)
+        self.mma = MmaStatements(self)
+        # the threads of a workgroup reduction share the output loops after it (`shared_over_group`)
+        self.group_size = max((int(n.src[0].arg) for n in kernel.linear
+                               if n.op is Ops.RANGE and n.arg[1] is AxisType.GROUP_REDUCE), default=0)
+        self.shared_loop: UOp | None = None  # the open loop whose iterations the group's threads take in turn
 
     # ---- the function ------------------------------------------------------------------------------------------
     def source(self) -> str:
@@ -178,9 +210,25 @@ class CudaFunction(CFunction):
         params = [self.param_decl(p.index, p.dtype, p.writable) for p in self.kernel.params]
         params += [f"long long {self.variable_name(v)}" for v in self.kernel.variables]
         helpers = "".join(self.helper_source(h) for h in sorted(self.helpers))
-        signature = (f'extern "C" __global__ void __launch_bounds__({self.plan.threads}) '
-                     f"{self.kernel.name}({', '.join(params)})")
-        return f"{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
+        helpers += "".join(self.vector_helpers(d) for d in sorted(self.vectors, key=lambda d: (d.itemsize, str(d))))
+        return f"{self.prelude()}{helpers}{self.signature(params)} {{\n" + "\n".join(self.lines) + "\n}\n"
+
+    # ---- the frame's spelling (the hip renderer respells it) --------------------------------------------------
+    def prelude(self) -> str:
+        """Text before the helpers: none for CUDA."""
+        return ""
+
+    def signature(self, params: list[str]) -> str:
+        return (f'extern "C" __global__ void __launch_bounds__({self.plan.threads}) '
+                f"{self.kernel.name}({', '.join(params)})")
+
+    def vector_helpers(self, dtype: DType) -> str:
+        """The struct of a vector dtype and its aligned load/store helpers."""
+        return vector_source(dtype)
+
+    def shared_array(self, dtype: DType, number: int, size: int) -> str:
+        """The declaration of shared array `smem<number>` of `size` elements of scalar `dtype`."""
+        return f"__shared__ {self.ctype(dtype)} smem{number}[{size}];"
 
     def variable_name(self, var: UOp) -> str:
         name = str(var.arg[0])
@@ -202,7 +250,10 @@ class CudaFunction(CFunction):
         return cuda_storage(dtype)
 
     def local_type(self, dtype: DType) -> str:
-        return cuda_local(dtype)  # raises for vectors: the cuda renderer renders scalar code
+        if dtype.count > 1:  # a memory-only vector: the struct its load gives and its store takes
+            self.vectors.add(dtype)
+            return vector_type(dtype)
+        return cuda_local(dtype)
 
     def literal(self, dtype: DType, value: object) -> str:
         return cuda_literal(dtype, value)
@@ -230,12 +281,14 @@ class CudaFunction(CFunction):
         elif op is Ops.END:
             self.close_range(node.src[0])
         elif op is Ops.BARRIER:
-            self.emit("__syncthreads();")
+            self.emit(self.barrier)
         elif op is Ops.DEFINE_LOCAL:
             ptr = node.dtype
             assert isinstance(ptr, PtrDType)
             self.shared_bytes += ptr.size * _local_bytes(ptr.base)
-            self.emit(f"__shared__ {self.ctype(ptr.base)} smem{node.arg}[{ptr.size}];")
+            self.emit(self.shared_array(ptr.base, int(node.arg), ptr.size))
+        elif self.mma.owns(node):  # a tensor-core tile and the statements feeding it (cuda_mma.py)
+            self.mma.statement(node)
         else:
             super().statement(node)
 
@@ -245,7 +298,7 @@ class CudaFunction(CFunction):
         if node in self.plan.index:
             self.emit("{")
             self.indent += 1
-            self.emit(f"long long {var} = {self.plan.index[node]};")
+            self.emit(f"{self.ctype(dtypes.index)} {var} = {self.plan.index[node]};")
             closer = "}"
             if node in self.plan.guard:  # a GROUP_REDUCE range smaller than the group dimension
                 self.emit(f"if ({var} < {self.plan.guard[node]}) {{")
@@ -258,15 +311,34 @@ class CudaFunction(CFunction):
         if axis_type in _LAUNCH_AXES or axis_type is AxisType.THREAD:
             raise CodegenError(f"kernel {self.kernel.name}: RANGE axis {axis} is {axis_type.name}, which the cuda "
                                "renderer cannot place (THREAD is for CPU targets)")
-        self.emit(f"for (long long {var} = 0; {var} < {self.ref(node.src[0])}; {var}++) {{")
+        if self.shared_over_group(node):
+            # every thread of the group holds the reduction's result: they take the loop's iterations in turn
+            # instead of each running all of them for thread 0 alone to store
+            self.emit(f"for ({self.ctype(dtypes.index)} {var} = {self.plan.group_index}; {var} < "
+                      f"{self.ref(node.src[0])}; {var} += {self.group_size}) {{")
+            self.shared_loop = node
+            self.indent += 1
+            self.closers.append((node, "}", False))
+            return
+        self.emit(f"for ({self.ctype(dtypes.index)} {var} = 0; {var} < {self.ref(node.src[0])}; {var}++) {{")
         self.indent += 1
         self.closers.append((node, "}", False))
+
+    def shared_over_group(self, node: UOp) -> bool:
+        """An output loop outside every GROUP block of a kernel with a workgroup reduction, not inside another such
+        loop, with no barrier in it (its iterations write distinct outputs and need nothing from each other): the
+        loop a fused row statistic leaves serial in each thread (gpu.shared_output_ranges), e.g. softmax's
+        outputs after its max and sum."""
+        return (self.plan.group_index is not None and self.group_size > 1 and self.group_depth == 0
+                and self.shared_loop is None and node.arg[1] is AxisType.LOOP and node not in self.barrier_loops)
 
     def close_range(self, node: UOp) -> None:
         opened, closer, group = self.closers.pop()
         assert opened is node, "linearized ranges must nest"
+        if node is self.shared_loop:
+            self.shared_loop = None
         if node in self.barrier_loops:  # the next iteration's writes wait for every thread's reads of this one
-            self.emit("__syncthreads();")
+            self.emit(self.barrier)
         for _ in closer:
             self.indent -= 1
             self.emit("}")
@@ -278,13 +350,37 @@ class CudaFunction(CFunction):
         if buf.op is Ops.DEFINE_LOCAL:
             self.emit(f"smem{buf.arg}[{self.ref(index.src[1])}] = {self.ref(value)};")
             return
-        if buf.op is Ops.PARAM and self.plan.group_index is not None and self.group_depth == 0:
-            ptr = index.dtype
-            assert isinstance(ptr, PtrDType)
-            self.emit(f"if ({self.plan.group_index} == 0) "
-                      f"{self.address(index)} = {self.to_storage(ptr.base, self.ref(value))};")
+        if buf.op is not Ops.PARAM:
+            super().store(node)
             return
-        super().store(node)
+        ptr = index.dtype
+        assert isinstance(ptr, PtrDType)
+        if value.dtype.count > 1:  # every lane from this (aligned) address on
+            text = f"plygrad_store_{self.local_type(value.dtype)[8:]}(&{self.address(index)}, {self.ref(value)});"
+        else:
+            text = f"{self.address(index)} = {self.to_storage(ptr.base, self.ref(value))};"
+        if self.plan.group_index is not None and self.group_depth == 0 and self.shared_loop is None:
+            text = f"if ({self.plan.group_index} == 0) {text}"
+        self.emit(text)
+
+    def vector_load(self, node: UOp) -> None:
+        """The lanes from this (aligned) address on, as one struct; a gated one is zeros where the gate is false."""
+        index = node.src[0]
+        struct = self.local_type(node.dtype)
+        name = f"v{len(self.names)}"
+        self.names[node] = name
+        load = f"plygrad_load_{struct[8:]}(&{self.address(index)})"
+        if len(index.src) == 3:
+            load = f"({self.ref(index.src[2])} ? {load} : {struct}{{}})"
+        self.emit(f"{struct} {name} = {load};")
+
+    def value(self, node: UOp) -> str:
+        if node.op is Ops.GEP:  # a lane of a vector struct, in storage form
+            return self.from_storage(node.dtype, f"{self.ref(node.src[0])}.v[{node.arg[0]}]")
+        if node.op is Ops.VECTORIZE:
+            lanes = ", ".join(self.to_storage(s.dtype, self.ref(s)) for s in node.src)
+            return f"{self.local_type(node.dtype)}{{{{{lanes}}}}}"
+        return super().value(node)
 
     def load(self, node: UOp) -> str:
         index = node.src[0]

@@ -6,6 +6,13 @@ float16 and bfloat16 are stored as `unsigned short` bits and converted by the in
 round-to-nearest-even algorithms as the C renderer's, so both backends give the same bits), and constants that C
 spells with math.h macros (NAN, INFINITY) are bit patterns. Helpers are plain `__device__ inline` functions: a
 translation unit holding several programs puts each in its own namespace (the emulation and cubin checks do).
+
+Vectors live only in memory on a GPU (vectorize.py, "memory-only vectors"): `plygrad_float4` is a struct of four
+`float`s aligned to its 16 bytes (`plygrad_half8` eight float16 bits, and so on: our own structs, since CUDA's
+built-in `float4` family has no 16-bit floats without cuda_fp16.h and no 8- or 16-lane types), read and written
+only whole through `plygrad_load_<T>`/`plygrad_store_<T>`. Those two say the address is aligned with
+`__builtin_assume_aligned`, which the device compiler takes as the fact it is (one `ld.global.v4`) and the CPU
+emulation (tests/cuda_emu.h) defines as a check that fails the launch on a misaligned address.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import math
 from typing import Final
 
 from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.renderer.cuda_mma import MMA_HELPERS
 from plygrad.ir import DType, DTypeKind, dtypes
 
 _LOCAL: Final[dict[DType, str]] = {
@@ -25,13 +33,50 @@ _LOCAL: Final[dict[DType, str]] = {
 _STORAGE: Final[dict[DType, str]] = {**_LOCAL, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
 
 
+# vector structs are named by their lanes' short name and count: plygrad_float4, plygrad_half8, plygrad_uchar16
+_VECTOR_NAMES: Final[dict[DType, str]] = {
+    dtypes.int8: "char", dtypes.int16: "short", dtypes.int32: "int", dtypes.int64: "longlong",
+    dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint", dtypes.uint64: "ulonglong",
+    dtypes.float16: "half", dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double",
+}
+# a single vector access moves at most 16 bytes (ld.global.v4.b32 / v2.b64)
+VECTOR_BYTES_MAX: Final = 16
+# the dtypes a cuda program may load and store as vectors (bool has no vector struct: its lanes stay scalar)
+VECTOR_DTYPES: Final = frozenset(_VECTOR_NAMES)
+
+
 def cuda_local(dtype: DType) -> str:
-    """The CUDA type of a local value of `dtype`."""
+    """The CUDA type of a local value of scalar `dtype`."""
     found = _LOCAL.get(dtype)
     if found is None:
-        raise CodegenError(f"the cuda renderer has no type for {dtype!r}: it renders scalar value dtypes only (no "
-                           "vectors yet: keep Target.vector_widths empty for a cuda target)")
+        raise CodegenError(f"the cuda renderer has no scalar type for {dtype!r}: vectors are memory-only (a "
+                           "vector_type struct), and their lanes are scalar locals")
     return found
+
+
+def vector_type(dtype: DType) -> str:
+    """The struct of a vector dtype (`plygrad_float4` for float32 x 4), declared by `vector_source`."""
+    element = _VECTOR_NAMES.get(dtype.scalar())
+    if element is None or dtype.count < 2 or dtype.itemsize > VECTOR_BYTES_MAX or dtype.itemsize & (
+            dtype.itemsize - 1):
+        raise CodegenError(f"the cuda renderer has vector accesses of {sorted(d.name for d in _VECTOR_NAMES)} of "
+                           f"a power-of-two size up to {VECTOR_BYTES_MAX} bytes, got {dtype!r}; keep other widths "
+                           "out of Target.vector_widths for a cuda target")
+    return f"plygrad_{element}{dtype.count}"
+
+
+def vector_source(dtype: DType) -> str:
+    """The struct of a vector dtype (its lanes in storage form, aligned to its size) and its load/store helpers,
+    which tell the compiler the address is aligned to the size (the emulation checks it)."""
+    name, size, lane = vector_type(dtype), dtype.itemsize, cuda_storage(dtype.scalar())
+    return f"""struct alignas({size}) {name} {{ {lane} v[{dtype.count}]; }};
+__device__ inline {name} plygrad_load_{name[8:]}(const {lane}* p) {{
+  return *static_cast<const {name}*>(__builtin_assume_aligned(p, {size}));
+}}
+__device__ inline void plygrad_store_{name[8:]}({lane}* p, {name} x) {{
+  *static_cast<{name}*>(__builtin_assume_aligned(p, {size})) = x;
+}}
+"""
 
 
 def cuda_storage(dtype: DType) -> str:
@@ -140,4 +185,5 @@ __device__ inline unsigned long long plygrad_threefry2x32(unsigned long long cou
   return ((unsigned long long)x1 << 32) | x0;
 }
 """,
+    **MMA_HELPERS,  # tensor-core tiles through inline PTX mma.sync (cuda_mma.py)
 }

@@ -21,7 +21,8 @@ from typing import Any, Final
 import cffi
 
 from plygrad.backends.cpu.allocator import CFFIAllocator
-from plygrad.backends.cpu.compiler import BUILD_PREFIX, CCompiler, probe_toolchain
+from plygrad.backends.cpu.compiler import BUILD_PREFIX, CCompiler, Toolchain, probe_toolchain
+from plygrad.backends.cpu.host import host_cache_sizes, host_vector_widths
 from plygrad.ir.target import Target
 from plygrad.runtime import tempfiles
 from plygrad.runtime.errors import BackendError
@@ -42,10 +43,13 @@ def sweep_temp_files() -> int:
     return sum(tempfiles.sweep_stale(tempfile.gettempdir(), prefix) for prefix in (LIBRARY_PREFIX, BUILD_PREFIX))
 
 
-def cpu_target() -> Target:
-    """What codegen needs to know about this machine."""
+def cpu_target(toolchain: Toolchain | None = None) -> Target:
+    """What codegen needs to know about this machine (host.py): every core as a thread, the vector widths of the
+    registers `toolchain` (by default the probed one) compiles for, and the data-cache sizes."""
+    chain = toolchain if toolchain is not None else probe_toolchain()
     return Target(device="CPU", renderer="c", arch=platform.machine() or "unknown", has_local=False,
-                  threads=os.cpu_count() or 1)
+                  vector_widths=host_vector_widths("-march=native" in chain.flags), threads=os.cpu_count() or 1,
+                  cache_sizes=host_cache_sizes())
 
 
 class CPUProgram(Program):
@@ -97,7 +101,8 @@ class CPUBackend(Backend):
     def __init__(self, name: str) -> None:
         self.ffi = cffi.FFI()
         sweep_temp_files()
-        super().__init__(name, cpu_target(), CFFIAllocator(self.ffi), CCompiler(probe_toolchain()))
+        toolchain = probe_toolchain()
+        super().__init__(name, cpu_target(toolchain), CFFIAllocator(self.ffi), CCompiler(toolchain))
 
     def load(self, name: str, binary: bytes) -> Program:
         return CPUProgram(name, binary)

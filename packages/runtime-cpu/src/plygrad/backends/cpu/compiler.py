@@ -1,10 +1,11 @@
 """Compiling C with the system compiler into a shared library, as the CPU backend's `Compiler`.
 
 The compiler is found once per process (`CC`, else clang, else gcc, else cc) and its optional flags probed once:
-`-march=native` (not every compiler or arch has it), `-mno-avx512f` and `-fno-tree-loop-if-convert` (GCC
-miscompiles, see OPTIONAL_FLAGS) and `-fopenmp` (Apple's clang, or a gcc without libgomp, lacks it; programs then
-run their `#pragma omp` loops on one core, which is still correct). The `cache_key` names the compiler path, its
-version line and the flags, so a binary cached on disk is reused only by the same toolchain.
+`-march=native` (not every compiler or arch has it; with it, the host's widest vector unit, AVX-512 included),
+`-fno-tree-loop-if-convert` and `-mno-avx512fp16` (GCC miscompiles, see OPTIONAL_FLAGS) and `-fopenmp` (Apple's
+clang, or a gcc without libgomp, lacks it; programs then run their `#pragma omp` loops on one core, which is still
+correct). The `cache_key` names the compiler path, its version line and the flags, so a binary cached on disk is
+reused only by the same toolchain.
 """
 
 from __future__ import annotations
@@ -27,12 +28,18 @@ from plygrad.runtime.plugin import Compiler
 
 # -ffp-contract=off: the IR rounds after every op, so the compiler must not fuse a*b+c into one rounding
 BASE_FLAGS: Final = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
-# GCC 12 at -O2 with AVX2/AVX-512 miscompiles loops whose guarded loads (`gate ? data[i] : 0`, how codegen renders
-# PAD) it if-converts into masked vector loads: a padded, dilated 3-D window sum and a prefix sum built from
-# compares and selects both came out wrong (correct at -O0/-O1, at -O3, or with either flag below).
-# -fno-tree-loop-if-convert stops that transformation; -mno-avx512f avoids the AVX-512 mask-register path, where
-# the first case was seen. Compilers or arches without a flag skip it (the probe compiles with each flag alone).
-OPTIONAL_FLAGS: Final = ("-march=native", "-mno-avx512f", "-fno-tree-loop-if-convert", "-fopenmp")
+# GCC 12 at -O2 with AVX2/AVX-512 miscompiles loops that its loop vectorizer takes after if-conversion (selects
+# `c ? a : b` and guarded loads `gate ? data[i] : 0`, how codegen renders WHERE and PAD, turned into masked
+# vector code): a prefix sum built from compares and selects gave [1, 0, 6, 10] (on AVX-512VL masks) and a padded,
+# dilated 3-D window sum read wrong elements (on AVX2 too). Both are right with -fno-tree-loop-vectorize, or with
+# -fno-tree-loop-if-convert alone, which keeps every other vectorization; -mno-avx512f (used before) fixed only the
+# first and cost the 512-bit units, so it is gone (this package's tests/test_backend.py runs both kernels).
+# -mno-avx512fp16: on hosts with AVX512-FP16 (Sapphire Rapids), GCC 12 at -O2 -march=native dropped the rounding
+# to float16 that a float16 layernorm's elementwise kernel does after every op (11998 of 12000 outputs wrong, seen
+# by the CUDA check comparing with this backend); half math here is float math rounded per op, which F16C
+# conversions do, so the FP16 arithmetic unit is not needed.
+# Compilers or arches without a flag skip it (the probe compiles with each flag alone).
+OPTIONAL_FLAGS: Final = ("-march=native", "-fno-tree-loop-if-convert", "-mno-avx512fp16", "-fopenmp")
 _PROBE_SOURCE: Final = """
 #include <math.h>
 void probe(float* restrict out, long long n) {

@@ -21,6 +21,10 @@ from typing import Final
 from plygrad.runtime.errors import BackendError
 
 POINTER_SIZE: Final = 8
+# every buffer pointer a program gets is aligned to this (docs/codegen.md §5): codegen makes 16-byte vector accesses
+# (float4) where an index is a multiple of the width, which is aligned only from an aligned start. cuMemAlloc gives
+# 256; an offset into an allocation (a view) would have to keep it.
+POINTER_ALIGN: Final = 16
 VARIABLE_SIZE: Final = 8  # `long long`, as the C contract's variables
 _INTEGER_TYPES: Final[dict[int, type[ctypes.c_int32] | type[ctypes.c_int64]]] = {4: ctypes.c_int32,
                                                                                   8: ctypes.c_int64}
@@ -41,7 +45,8 @@ def pack_arguments(buffers: Sequence[int], vals: Sequence[int], param_sizes: Seq
     """The argument array for a launch of program `name` with device pointers `buffers` and variable values `vals`.
 
     `param_sizes` (from cuFuncGetParamInfo, or None when unknown) is checked against the contract: the count must
-    match, buffers must be 8-byte pointers and variables 4 or 8 bytes (a value must fit a 4-byte one).
+    match, buffers must be 8-byte pointers and variables 4 or 8 bytes (a value must fit a 4-byte one). Every buffer
+    pointer must be POINTER_ALIGN-byte aligned (the null pointer of a zero-byte buffer is).
     """
     sizes = [POINTER_SIZE] * len(buffers) + [VARIABLE_SIZE] * len(vals)
     if param_sizes is not None:
@@ -56,6 +61,11 @@ def pack_arguments(buffers: Sequence[int], vals: Sequence[int], param_sizes: Seq
                 raise BackendError(f"CUDA program {name!r}: parameter {index} (a {kind}) is {size} bytes wide; the "
                                    f"program contract passes a {kind} as {' or '.join(map(str, allowed))} bytes")
         sizes = list(param_sizes)
+    for index, pointer in enumerate(buffers):
+        if pointer % POINTER_ALIGN:
+            raise BackendError(f"CUDA program {name!r}: buffer {index} is at {pointer:#x}, not a multiple of "
+                               f"{POINTER_ALIGN} bytes; the program contract hands kernels {POINTER_ALIGN}-byte "
+                               "aligned pointers (their vector loads rely on it): pass the start of an allocation")
     values: list[ArgumentValue] = [ctypes.c_uint64(pointer) for pointer in buffers]
     for offset, value in enumerate(vals):
         size = sizes[len(buffers) + offset]

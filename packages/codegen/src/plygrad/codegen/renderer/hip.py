@@ -1,0 +1,129 @@
+"""The HIP renderer: one header-free `extern "C" __attribute__((global))` kernel per program, for AMD GPUs
+(docs/codegen.md §5.3).
+
+HIP is CUDA's programming model, so this renderer is the cuda renderer (`CudaFunction`: the launch plan, GROUP
+reductions through shared memory and barriers, memory-only vectors, tensor-core statements, and through it the C
+renderer's ALU rules and guards) with its spelling changed where CUDA's needs a header HIP would have to include:
+
+- launch indices are clang builtins (`__builtin_amdgcn_workgroup_id_x()`, `__builtin_amdgcn_workitem_id_x()`);
+- a barrier is `__builtin_amdgcn_s_barrier()` between a release and an acquire fence at workgroup scope (what
+  HIP's `__syncthreads` is); shared memory is `static __attribute__((shared))`;
+- the kernel is `extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, THREADS)))`;
+- float ADD/SUB/MUL/FDIV are the plain operators under `#pragma clang fp contract(off)` (IEEE, correctly rounded,
+  never fused; division and sqrt correctly rounded by clang's HIP default), SQRT and TRUNC clang builtins, and the
+  transcendentals the program's own helpers where no builtin is accurate (hip_math.py);
+- NaN/inf constants are `__builtin_nanf("")`/`__builtin_inff()`, BITCAST `__builtin_bit_cast`;
+- helpers are the CUDA renderer's, respelled (hip_types.py); tensor cores are WMMA (gfx11xx, 32 lanes) or MFMA
+  (gfx90a/gfx94x, 64 lanes) helpers around clang's builtins (hip_mma.py).
+
+16-bit floats stay `unsigned short` bits converted by the integer helpers, computed in float and rounded after every
+op, as in the CUDA program: the same bits as the C backend, on every arch.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.renderer.base import KernelSource
+from plygrad.codegen.renderer.c import CFunction
+from plygrad.codegen.renderer.cuda import CudaFunction, CudaRenderer
+from plygrad.codegen.renderer.hip_math import MATH_HELPERS, MATH_NEEDS
+from plygrad.codegen.renderer.hip_mma import MMA_HELPERS, HipMmaStatements
+from plygrad.codegen.renderer.hip_types import BITS, PRELUDE, helper_source, hip_literal, hip_vector_source
+from plygrad.ir import DType, Ops, Target, UOp, dtypes
+
+# clang's builtins by (block, thread) and dimension
+_BUILTIN_IDS: Final = {"blockIdx": "__builtin_amdgcn_workgroup_id_{}()",
+                       "threadIdx": "__builtin_amdgcn_workitem_id_{}()"}
+_HIP_RESERVED: Final = frozenset({"static_cast", "reinterpret_cast", "const_cast", "dynamic_cast", "register",
+                                  "alignas", "alignof", "static_assert", "thread_local", "typeid", "char16_t",
+                                  "char32_t", "wchar_t", "noexcept", "requires", "concept", "co_await"})
+# a float builtin each op has where the AMDGPU backend lowers it accurately (hip_math.py says which and why)
+_FLOAT32_BUILTINS: Final = {Ops.SQRT: "__builtin_sqrtf", Ops.TRUNC: "__builtin_truncf", Ops.EXP2: "__builtin_exp2f",
+                            Ops.LOG2: "__builtin_log2f"}
+_FLOAT64_BUILTINS: Final = {Ops.SQRT: "__builtin_sqrt", Ops.TRUNC: "__builtin_trunc"}
+# the rest: the program's own helpers, computed in double
+_MATH_HELPER: Final = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.POW: "pow"}
+
+
+def hip_position(ids: str, dim: int) -> str:
+    """The 64-bit index of launch dimension `dim` of `ids` ("blockIdx" or "threadIdx") as a clang builtin."""
+    return f"(long long){_BUILTIN_IDS[ids].format('xyz'[dim])}"
+
+
+class HipRenderer(CudaRenderer):
+    """Renders a linearized kernel as one HIP kernel for `Target.hip(arch)`; launches like the cuda renderer's
+    (`global_size` in workgroups, `local_size` in work-items)."""
+
+    name = "hip"
+
+    def render(self, kernel: KernelSource) -> str:
+        return HipFunction(kernel, self.target).source()
+
+
+class HipFunction(CudaFunction):
+    """The CUDA renderer's function state with HIP's header-free spelling (module docstring)."""
+
+    reserved = CudaFunction.reserved | _HIP_RESERVED
+    barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+               '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
+    position = staticmethod(hip_position)
+
+    def __init__(self, kernel: KernelSource, target: Target) -> None:
+        super().__init__(kernel, target)
+        self.mma = HipMmaStatements(self)
+
+    # ---- the frame ---------------------------------------------------------------------------------------------
+    def prelude(self) -> str:
+        """The pragmas, and the bit helpers when a respelled CUDA helper calls them."""
+        respelled = any(h not in MATH_HELPERS and h not in MMA_HELPERS for h in self.helpers)
+        return PRELUDE + (BITS if respelled else "")
+
+    def signature(self, params: list[str]) -> str:
+        return (f'extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, '
+                f"{self.plan.threads}))) void {self.kernel.name}({', '.join(params)})")
+
+    def vector_helpers(self, dtype: DType) -> str:
+        return hip_vector_source(dtype)
+
+    def shared_array(self, dtype: DType, number: int, size: int) -> str:
+        return f"static __attribute__((shared)) {self.ctype(dtype)} smem{number}[{size}];"
+
+    def helper_source(self, name: str) -> str:
+        if name in MATH_HELPERS:
+            return MATH_HELPERS[name]
+        if name in MMA_HELPERS:
+            return MMA_HELPERS[name]
+        return helper_source(name)
+
+    # ---- arithmetic ----------------------------------------------------------------------------------------------
+    def literal(self, dtype: DType, value: object) -> str:
+        return hip_literal(dtype, value)
+
+    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
+        return CFunction.float_arith(self, op, dtype, a, b)  # plain IEEE operators; the prelude forbids contraction
+
+    def mad(self, a: str, b: str, c: str) -> str:
+        return CFunction.mad(self, a, b, c)
+
+    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
+        builtin = (_FLOAT64_BUILTINS if dtype is dtypes.float64 else _FLOAT32_BUILTINS).get(op)
+        if builtin is not None:
+            return f"{builtin}({', '.join(args)})"
+        helper = _MATH_HELPER[op]
+        self.helpers.update((helper, *MATH_NEEDS[helper]))
+        if dtype is dtypes.float64:
+            return f"plygrad_{helper}({', '.join(args)})"
+        return f"(float)plygrad_{helper}({', '.join(f'(double){a}' for a in args)})"  # one rounding from double
+
+    def bitcast(self, x: UOp, dtype: DType) -> str:
+        """Through the storage bits with `__builtin_bit_cast` (bool: any nonzero byte is true)."""
+        if x.dtype.itemsize != dtype.itemsize:
+            raise CodegenError(f"kernel {self.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
+        source_type, dest_type = self.storage_type(x.dtype), self.storage_type(dtype)
+        stored = f"({source_type})({self.to_storage(x.dtype, self.ref(x))})"
+        if dtype is dtypes.bool:
+            return f"(__builtin_bit_cast(unsigned char, {stored}) != 0)"
+        bits = stored if source_type == dest_type else f"__builtin_bit_cast({dest_type}, {stored})"
+        return self.from_storage(dtype, bits)

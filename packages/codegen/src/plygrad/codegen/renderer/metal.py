@@ -1,0 +1,184 @@
+"""The metal renderer: one self-contained Metal Shading Language `kernel` per program (docs/codegen.md §5.2).
+
+A Metal kernel is a CUDA kernel in other words, so this renderer is the CUDA renderer's `CudaFunction` (and through it
+the C renderer's `CFunction`: every ALU rule of docs/ir.md §5, the division, shift and float -> int guards) with
+the spelling hooks overridden:
+
+- the frame: `kernel void NAME(device float* data0 [[buffer(0)]], const device float* data1 [[buffer(1)]], ...,
+  constant long& VAR [[buffer(k)]], uint3 gid [[threadgroup_position_in_grid]], uint3 lid
+  [[thread_position_in_threadgroup]])`: buffers bound in parameter order, each variable one 8-byte `long` bound
+  after them (the launcher's setBytes). Metal binds 31 at most: a kernel with more (a cat of 40 tensors) takes one
+  `constant plygrad_args& args [[buffer(0)]]` instead, a struct of the buffers' GPU addresses and the variables
+  (8 bytes each, in the same order), copied into locals of the usual names first (Metal 3's bindless buffers);
+- launch ranges are `gid` (threadgroups) and `lid` (threads) where CUDA has `blockIdx` and `threadIdx`, planned by
+  the same `launch_plan`; workgroup reductions use `threadgroup` arrays, declared at the top of the kernel, and
+  `threadgroup_barrier(mem_flags::mem_threadgroup)`;
+- Metal's types (metal_types.py): `long` for 64-bit integers and the index, `half` for float16 in memory, bfloat16
+  as `ushort` bits; no float64 (Target.metal does not support it);
+- float arithmetic: ADD/SUB/MUL are the plain IEEE operators, one per statement, which Metal's safe math mode does
+  not contract (the program also says `#pragma METAL fp contract(off)`, and the runtime compiles with fast math
+  off); FDIV is `metal::precise::divide`, SQRT EXP2 LOG2 SIN POW the `metal::precise::` functions (the fast ones
+  are far from correctly rounded), TRUNC `trunc`; MULACC on floats is `fma` (docs/ir.md allows a fused one);
+- BITCAST is `as_type<T>`; float -> integer casts go through a float-only `plygrad_f2i` (Metal has no double).
+
+Scalar code only: no vector loads yet (Target.metal has no vector widths) and no simdgroup-matrix tensor cores yet.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.renderer.base import KernelSource, VectorForms
+from plygrad.codegen.renderer.cuda import CudaFunction, CudaRenderer
+from plygrad.codegen.renderer.metal_types import HELPERS, PREAMBLE, metal_literal, metal_local, metal_storage
+from plygrad.ir import DType, DTypeKind, Ops, PtrDType, Target, UOp, dtypes
+
+_MATH: Final[dict[Ops, str]] = {Ops.SQRT: "metal::precise::sqrt", Ops.EXP2: "metal::precise::exp2",
+                                Ops.LOG2: "metal::precise::log2", Ops.SIN: "metal::precise::sin",
+                                Ops.POW: "metal::precise::pow", Ops.TRUNC: "trunc"}
+_INFIX: Final[dict[Ops, str]] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}
+# Metal's buffer argument table has 31 entries (indices 0-30) for buffers and setBytes values together; a kernel with
+# more takes one struct of 8-byte fields instead (GPU addresses and values), which setBytes passes (4 KiB at most)
+MAX_BINDINGS: Final = 31
+MAX_ARGUMENT_FIELDS: Final = 4096 // 8
+_METAL_RESERVED: Final = frozenset({
+    "kernel", "vertex", "fragment", "device", "constant", "threadgroup", "thread", "threadgroup_imageblock",
+    "ray_data", "object_data", "half", "bfloat", "uchar", "ushort", "uint", "ulong", "metal", "precise", "fast",
+    "as_type", "gid", "lid", "args", "threadgroup_barrier", "mem_flags", "fma", "simd_sum", "size_t", "ptrdiff_t",
+})
+
+
+def metal_position(ids: str, dim: int) -> str:
+    """The 64-bit index of a launch dimension: `gid` (the threadgroup) where CUDA says blockIdx, `lid` (the thread in
+    it) where CUDA says threadIdx."""
+    name = {"blockIdx": "gid", "threadIdx": "lid"}[ids]
+    return f"(long){name}.{'xyz'[dim]}"
+
+
+class MetalRenderer(CudaRenderer):
+    """Renders a linearized kernel as one Metal kernel; launched like CUDA's (`launch_dims`: threadgroups per grid,
+    threads per threadgroup). See the module docstring."""
+
+    name = "metal"
+    vector_forms = VectorForms(alu=frozenset(), memory=frozenset())  # scalar code, for now
+
+    def render(self, kernel: KernelSource) -> str:
+        return MetalFunction(kernel, self.target).source()
+
+
+class MetalFunction(CudaFunction):
+    """The CUDA renderer's function state with Metal's spelling, frame and threadgroup memory."""
+
+    reserved = CudaFunction.reserved | _METAL_RESERVED
+    barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
+    position = staticmethod(metal_position)
+
+    def __init__(self, kernel: KernelSource, target: Target) -> None:
+        super().__init__(kernel, target)
+        self.threadgroup_arrays: list[str] = []  # declared first in the kernel body
+
+    # ---- the function ------------------------------------------------------------------------------------------
+    def source(self) -> str:
+        for node in self.kernel.linear:
+            self.statement(node)
+        if self.shared_bytes > self.target.shared_max:
+            raise CodegenError(f"kernel {self.kernel.name}: its workgroup reductions need {self.shared_bytes} bytes "
+                               f"of threadgroup memory, the target has {self.target.shared_max} (Target.shared_max); "
+                               "use smaller GROUP amounts")
+        decls = [self.param_decl(p.index, p.dtype, p.writable) for p in self.kernel.params]
+        decls += [f"long {self.variable_name(v)}" for v in self.kernel.variables]
+        helpers = "".join(self.helper_source(h) for h in sorted(self.helpers))
+        positions = ["uint3 gid [[threadgroup_position_in_grid]]", "uint3 lid [[thread_position_in_threadgroup]]"]
+        prologue: list[str] = []
+        if len(decls) <= MAX_BINDINGS:  # each buffer and variable its own binding
+            params = [f"{decl} [[buffer({slot})]]" for slot, decl in enumerate(decls[:len(self.kernel.params)])]
+            params += [f"constant {decl.replace(' ', '& ', 1)} [[buffer({len(params) + k})]]"
+                       for k, decl in enumerate(decls[len(self.kernel.params):])]
+        elif len(decls) <= MAX_ARGUMENT_FIELDS:  # one argument struct of GPU addresses and values, at binding 0
+            helpers += "struct plygrad_args {\n" + "".join(f"  {decl};\n" for decl in decls) + "};\n"
+            params = ["constant plygrad_args& args [[buffer(0)]]"]
+            prologue = [f"{decl} = args.{decl.rsplit(' ', 1)[1]};" for decl in decls]
+        else:
+            raise CodegenError(f"kernel {self.kernel.name}: {len(self.kernel.params)} buffers and "
+                               f"{len(self.kernel.variables)} variables need {len(decls)} fields of 8 bytes, more than "
+                               f"the {MAX_ARGUMENT_FIELDS} one setBytes argument struct holds; split the kernel")
+        body = ["  " + line for line in [*self.threadgroup_arrays, *prologue]] + self.lines
+        signature = f"kernel void {self.kernel.name}({', '.join([*params, *positions])})"
+        return f"{PREAMBLE}{helpers}{signature} {{\n" + "\n".join(body) + "\n}\n"
+
+    def param_decl(self, index: int, dtype: DType, writable: bool) -> str:
+        const = "" if writable else "const "
+        return f"{const}device {self.storage_type(dtype)}* data{index}"
+
+    # ---- spelling hooks ----------------------------------------------------------------------------------------
+    def ctype(self, dtype: DType) -> str:
+        return metal_local(dtype)
+
+    def storage_type(self, dtype: DType) -> str:
+        self.uses(dtype)
+        return metal_storage(dtype)
+
+    def local_type(self, dtype: DType) -> str:
+        if dtype.count > 1:
+            raise CodegenError(f"kernel {self.kernel.name}: the metal renderer renders scalar code, got a "
+                               f"{dtype!r} value; keep vector widths out of a metal Target")
+        return metal_local(dtype)
+
+    def literal(self, dtype: DType, value: object) -> str:
+        return metal_literal(dtype, value)
+
+    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
+        if op is Ops.FDIV:
+            return f"metal::precise::divide({a}, {b})"  # `/` is not correctly rounded in every math mode
+        return f"({a} {_INFIX[op]} {b})"
+
+    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
+        return f"{_MATH[op]}({', '.join(args)})"
+
+    def helper_source(self, name: str) -> str:
+        return HELPERS[name]
+
+    # ---- statements --------------------------------------------------------------------------------------------
+    def statement(self, node: UOp) -> None:
+        if node.op is Ops.DEFINE_LOCAL:
+            ptr = node.dtype
+            assert isinstance(ptr, PtrDType)
+            local = self.ctype(ptr.base)  # 16-bit floats are float locals here too
+            self.shared_bytes += ptr.size * (4 if local == "float" else ptr.base.itemsize)
+            self.threadgroup_arrays.append(f"threadgroup {local} smem{node.arg}[{ptr.size}];")
+            return
+        super().statement(node)
+
+    def value(self, node: UOp) -> str:
+        if node.op is Ops.MULACC and node.dtype.kind is DTypeKind.FLOAT:  # one rounding in float (docs/ir.md §5)
+            a, b, c = (self.ref(s) for s in node.src)
+            return self.rounded(node.dtype, f"fma({a}, {b}, {c})")
+        return super().value(node)
+
+    def cast(self, x: UOp, dtype: DType) -> str:
+        if x.dtype.kind is DTypeKind.FLOAT and dtype.kind in (DTypeKind.SIGNED, DTypeKind.UNSIGNED):
+            self.helpers.add("f2i")  # truncate, wrap to the width; NaN and inf give 0 (a float-only helper)
+            return f"(({self.ctype(dtype)})plygrad_f2i({self.ref(x)}))"
+        return super().cast(x, dtype)
+
+    def bitcast(self, x: UOp, dtype: DType) -> str:
+        """The source's storage bits as an unsigned integer of its width (`as_type` for float32 and half), then the
+        destination's storage value from those bits; bool and bfloat16 (ushort bits) convert as integers."""
+        if x.dtype.itemsize != dtype.itemsize:
+            raise CodegenError(f"kernel {self.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
+        unsigned = self.ctype({1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize])
+        stored = self.to_storage(x.dtype, self.ref(x))
+        if x.dtype in (dtypes.float32, dtypes.float16):
+            bits = f"as_type<{unsigned}>({stored})"
+        else:
+            bits = f"(({unsigned})({stored}))"
+        if dtype in (dtypes.float32, dtypes.float16):
+            value = f"as_type<{self.storage_type(dtype)}>({bits})"
+        elif dtype is dtypes.bool:
+            value = f"({bits} != 0)"
+        elif dtype is dtypes.bfloat16:
+            value = bits
+        else:
+            value = f"(({self.ctype(dtype)})({bits}))"
+        return self.from_storage(dtype, value)

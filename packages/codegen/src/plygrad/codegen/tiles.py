@@ -1,0 +1,199 @@
+"""Register tiles and cache blocks for matmul-shaped kernels on a CPU (the part of `choose_opts` for them).
+
+A matmul-shaped kernel is one reduction (`out[..., i, j] = sum_k f(a[.., i, .., k], b[.., k, .., j])`, a
+convolution's window sum included) whose innermost output axis `j` is stored contiguously in a dtype with vectors.
+Its speed is set by how many vector operations each load feeds and whether the loads hit the cache; the plan:
+
+1. **Vector lanes** along `j`: UPCAST by the target's widest vector width W dividing it (16 floats with AVX-512).
+2. **Register tile** of R rows x V vectors: UPCAST `j` again by V (V vectors side by side) and the *row axis* by
+   R. The row axis is the output axis whose value no vector load depends on (a matmul's `i`, a convolution's
+   output channel): each vector load of `b` then serves R rows and each broadcast element of `a` serves V vectors,
+   so a reduce step costs V vector loads + R broadcasts for 2*R*V vector operations, with R*V independent
+   accumulator chains to hide the add latency. R*V accumulators must stay in registers with room for the loads:
+   at most ACCUMULATORS_WIDE (16) where the target's widest vector is 64 bytes (AVX-512 has 32 registers),
+   ACCUMULATORS (8) otherwise (AVX2 has 16). `tile_shape` takes the most accumulators, then the fewest loads per
+   step, then the most rows: 4x4 for a matmul, 16x1 for a convolution row of 7 vectors. An operand that is
+   strided along `j` (`a @ b.T`: both operands read along K) is gathered lane by lane (vectorize.py packs it once
+   per step): one vector per tile, and as many rows as fit to share each gather.
+3. **Reduce loop innermost**, not unrolled when the tile is that large (the body is already 2*R*V ops, and
+   unrolling multiplies the compile time for nothing); a window axis of <= FULL_UNROLL_MAX (a 3x3 kernel's) is.
+4. **Cache block** of the reduction (BLOCK, block.py): a tile streams K rows of the `b` panel (its V*W columns);
+   those rows must stay in the L2 (`target.cache_sizes[1]`, DEFAULT_L2 where unknown) while the next tile of rows
+   reads them again. How many do is not the L2 size over the row size when the rows are a power of two apart:
+   they then share a few cache sets (`panel_rows`; matmul 2048: 256 rows of 8 KiB stride in a 2 MiB L2, not
+   8192). BLOCK splits K so a block's panel takes at most half of that (the other half holds `a`'s block and the
+   outputs): KC = the largest divisor of K that fits, at least MIN_BLOCK iterations. All tiles then finish block 0
+   before block 1 begins; the partial sums wait in the output (bit-identical results). Measured on a 2-core Xeon
+   (2 MiB L2): matmul 1024 at KC 64/128/256/none: 133/145/155/90 GFLOP/s; 2048 at 64/128/256: 117/131/99.
+5. **Threads** on the panel axis: THREAD the outer part of `j` when its tiles split evenly over the threads (a
+   multiple of the thread count, or BALANCE per thread), so each thread owns whole panels and the loop nest is
+   THREAD j -> BLOCK k -> i -> tile -> k (a panel block of `b` reused by every row while it is in cache); else
+   the first output axis that splits evenly (a batch: attention scores have 2 panels of 64 columns and 96 heads,
+   a convolution 7 panels and 32 images), else the one with the most tiles.
+
+Anything else keeps the general rules of heuristic.py (`register_tile` returns None).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+from plygrad.codegen.block import check_block
+from plygrad.codegen.errors import OptError
+from plygrad.codegen.opts import apply_opts, kernel_name, kernel_ranges
+from plygrad.codegen.vectorize import lane_stride
+from plygrad.ir import AxisType, Ops, Opt, OptOps, PtrDType, Target, UOp
+
+MAX_ROWS: Final = 16  # rows of a register tile: each a broadcast load per reduce step
+MAX_VECTORS: Final = 4  # vectors side by side in a tile: each a vector load per reduce step
+ACCUMULATORS: Final = 8  # vector accumulators of a tile with 16 vector registers (AVX2, SSE)
+ACCUMULATORS_WIDE: Final = 16  # ... with 64-byte vectors (AVX-512: 32 registers)
+FULL_UNROLL_MAX: Final = 8
+DEFAULT_L2: Final = 1024 * 1024  # where Target.cache_sizes has no L2
+CACHE_WAYS: Final = 16  # associativity assumed for the L2 (current x86 and Arm cores: 8 to 20 ways)
+MIN_BLOCK: Final = 32  # reduce iterations per block below which the partial sums' loads and stores show
+BALANCE: Final = 4  # an axis of at least 4 iterations per thread keeps the threads busy whatever the remainder
+
+
+def _loads(value: UOp) -> list[UOp]:
+    return [n for n in value.toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX
+            and n.src[0].src[0].op is Ops.PARAM]
+
+
+def _depends(load: UOp, r: UOp) -> bool:
+    return r in load.src[0].toposort
+
+
+def row_axis(value: UOp, vector: UOp, candidates: list[UOp]) -> UOp | None:
+    """The output axis of `candidates` that no load along the vector axis depends on (innermost first), so each
+    vector load serves every row of the tile; None if there is none."""
+    along = [n for n in _loads(value) if _depends(n, vector)]
+    if not along:
+        return None
+    for r in reversed(candidates):
+        if not any(_depends(n, r) for n in along):
+            return r
+    return None
+
+
+def _largest_divisor(n: int, limit: int, at_least: int) -> int:
+    return max((d for d in range(at_least, min(n, limit) + 1) if n % d == 0), default=0)
+
+
+def tile_shape(rows: int, panels: int, budget: int, copies: int, copies_max: int) -> tuple[int, int]:
+    """(R, V): the most accumulators R*V <= budget (R <= MAX_ROWS rows dividing `rows`, V <= MAX_VECTORS vectors
+    dividing `panels`, R*V*copies scalar copies <= copies_max), fewest loads R+V per step among those, then the
+    most rows (a narrower panel of the streamed operand)."""
+    shapes = [(r, v) for r in range(1, MAX_ROWS + 1) for v in range(1, MAX_VECTORS + 1)
+              if rows % r == 0 and panels % v == 0 and r * v <= budget and r * v * copies <= copies_max]
+    return max(shapes, key=lambda rv: (rv[0] * rv[1], -(rv[0] + rv[1]), rv[0]), default=(1, 1))
+
+
+def register_tile(kernel: UOp, target: Target, width: int, *, scalar_ops: int, copies_max: int,
+                  thread_min_work: int) -> list[Opt] | None:
+    """The optimizations of the module docstring for a matmul-shaped `kernel` whose innermost output axis takes
+    vectors of `width`, or None when the kernel is not one."""
+    reductions = [n for n in kernel.toposort if n.op is Ops.REDUCE]
+    stores = [n for n in kernel.toposort if n.op is Ops.STORE and isinstance(n.src[0].dtype, PtrDType)]
+    if len(reductions) != 1 or len(stores) != 1:
+        return None
+    red = reductions[0]
+    ranges = kernel_ranges(kernel)
+    sized = {a: int(r.src[0].arg) for a, r in ranges.items() if r.src[0].op is Ops.CONST}
+    outputs = sorted(a for a, r in ranges.items() if r.arg[1] is AxisType.LOOP and a in sized)
+    loops = sorted(int(r.arg[0]) for r in red.src[1:] if r.arg[1] is AxisType.REDUCE and int(r.arg[0]) in sized)
+    if len(outputs) < 2 or not loops or len(loops) != len(red.src) - 1:
+        return None
+    vector = outputs[-1]
+    rows = row_axis(red.src[0], ranges[vector], [ranges[a] for a in outputs[:-1] if sized[a] >= 2])
+    if rows is None:
+        return None
+    row = int(rows.arg[0])
+    widest = max(target.vector_widths_for(red.dtype), default=width)
+    budget = ACCUMULATORS_WIDE if widest * red.dtype.itemsize >= 64 else ACCUMULATORS
+    panels = sized[vector] // width
+    # an operand strided along the vector axis (`a @ b.T`: both read along K) is gathered lane by lane: one vector
+    # per tile (each more is `width` more scalar loads), as many rows as fit to share each gathered vector
+    gathered = any(lane_stride(n.src[0].src[1], ranges[vector]) != 1
+                   for n in _loads(red.src[0]) if _depends(n, ranges[vector]))
+    r_count, v_count = tile_shape(sized[row], 1 if gathered else panels, budget, max(scalar_ops, 1), copies_max)
+    opts = [Opt(OptOps.UPCAST, vector, width)]
+    if v_count > 1:
+        opts.append(Opt(OptOps.UPCAST, vector, v_count))
+    if r_count > 1:
+        opts.append(Opt(OptOps.UPCAST, row, r_count))
+    outer, inner = loops[0], loops[-1]
+    block = _block(kernel, target, red, vector=ranges[vector], outer=outer, columns=v_count * width, opts=opts)
+    opts += block
+    inner_size = block[0].amount if block and inner == outer else sized[inner]
+    if 2 <= inner_size <= FULL_UNROLL_MAX:
+        opts.append(Opt(OptOps.UNROLL, inner, inner_size))
+    elif r_count * v_count < 4 and inner_size % 4 == 0:
+        opts.append(Opt(OptOps.UNROLL, inner, 4))
+    work = 1
+    for size in sized.values():
+        work *= max(size, 1)
+    if target.threads > 1 and work >= thread_min_work:
+        tiles = {**sized, vector: panels // v_count, row: sized[row] // r_count}
+        opts += _threads(target, outputs, vector, tiles)
+    return opts
+
+
+def panel_rows(cache: int, stride: int, row_bytes: int) -> int:
+    """How many rows of a panel (`row_bytes` each, `stride` bytes apart) a `cache`-byte, CACHE_WAYS-way cache
+    holds at once. Addresses a multiple of the way size (cache / ways) apart share a set, so rows a power of two
+    apart compete for a few sets: rows 8 KiB apart in a 2 MiB 16-way L2 fit only 256 at a time, not 8192."""
+    way = cache // CACHE_WAYS
+    positions = way // math.gcd(way, stride)
+    return max(1, min(cache // row_bytes, positions * CACHE_WAYS))
+
+
+def _block(kernel: UOp, target: Target, red: UOp, *, vector: UOp, outer: int, columns: int,
+           opts: list[Opt]) -> list[Opt]:
+    """BLOCK the reduction's outermost loop when its panel outgrows half the L2 (module docstring, step 4)."""
+    r = _range(red, outer)
+    panel_loads = [n for n in _loads(red.src[0]) if _depends(n, vector)]
+    strides = [lane_stride(n.src[0].src[1], r) for n in panel_loads]
+    if not panel_loads or any(not s for s in strides):
+        return []  # no panel along the reduction (or index math this analysis cannot follow)
+    row_bytes = columns * red.dtype.itemsize * len(panel_loads)
+    stride = max(abs(s or 0) for s in strides) * red.dtype.itemsize
+    per_step = 1  # reduce iterations inside one step of the outer loop (a window's kh*kw): rows they add
+    for s in red.src[1:]:
+        if s is not r:
+            per_step *= int(s.src[0].arg)
+    l2 = target.cache_sizes[1] if len(target.cache_sizes) > 1 else DEFAULT_L2
+    fits = panel_rows(l2, stride, row_bytes) // (2 * per_step)  # half the L2: the other operand's block needs room
+    size = int(r.src[0].arg)
+    if size <= fits:
+        return []
+    amount = _largest_divisor(size, fits, max(2, -(-MIN_BLOCK // per_step)))
+    if not amount:
+        return []
+    block = Opt(OptOps.BLOCK, outer, amount)
+    tiled = apply_opts(kernel, opts)
+    try:
+        check_block(tiled, kernel_ranges(tiled)[outer], block, target, kernel_name(kernel))
+    except OptError:
+        return []
+    return [block]
+
+
+def _range(red: UOp, axis: int) -> UOp:
+    return next(s for s in red.src[1:] if int(s.arg[0]) == axis)
+
+
+def _balanced(tiles: int, threads: int) -> bool:
+    """Whether `tiles` iterations split evenly enough over `threads` (at most 1/BALANCE of them idle at the end)."""
+    return tiles % threads == 0 or tiles >= BALANCE * threads
+
+
+def _threads(target: Target, outputs: list[int], vector: int, tiles: dict[int, int]) -> list[Opt]:
+    """THREAD the panel axis when it splits evenly over the threads, else the outermost output axis that does,
+    else the one with the most iterations (step 5)."""
+    order = [vector, *(a for a in outputs if a != vector)]
+    axis = next((a for a in order if tiles[a] >= 2 and _balanced(tiles[a], target.threads)), None)
+    if axis is None:
+        axis = max(order, key=lambda a: tiles[a])
+    return [Opt(OptOps.THREAD, axis, target.threads)] if tiles[axis] >= 2 else []

@@ -1,0 +1,153 @@
+"""The CPU heuristic for matmul-shaped kernels (tiles.py): which tile, block and thread axis it picks, and that
+what it picks computes exactly what the unoptimized kernel does (bit for bit) and what NumPy does, for odd sizes,
+transposed and batched layouts and padded windows (vector loads with a gate per lane) too."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+
+import numpy as np
+import pytest
+from cg_kernels import load, loop, matmul, param, red, sink, store
+from cg_run import _BUILD, compiler, run_program
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plygrad.codegen import choose_opts, lower_uop
+from plygrad.codegen.tiles import panel_rows, tile_shape
+from plygrad.ir import Ops, Opt, OptOps, Target, UOp, dtypes
+
+F32 = dtypes.float32
+WIDE = ((F32, (2, 4, 8, 16)), (dtypes.float64, (2, 4, 8)))
+XEON = Target("CPU", "c", threads=2, vector_widths=WIDE, cache_sizes=(48 << 10, 2 << 20, 260 << 20))
+SMALL = Target("CPU", "c", threads=4, vector_widths=((F32, (2, 4, 8)),), cache_sizes=(32 << 10, 256 << 10))
+U, B, T = OptOps.UPCAST, OptOps.BLOCK, OptOps.THREAD
+
+
+@functools.cache
+def native_flags() -> tuple[str, ...]:
+    """The CPU backend's code-generation flags where the compiler takes them: the AVX-512 code paths are where GCC
+    miscompiled before (packages/runtime-cpu compiler.py), so the kernels here are compiled the same way."""
+    src = _BUILD / "native-probe.c"
+    src.write_text("void probe(float* out) { out[0] = 1.0f; }\n")
+    flags = ("-march=native", "-fno-tree-loop-if-convert")
+    done = subprocess.run([*compiler(), "-shared", "-fPIC", *flags, "-o", str(_BUILD / "native-probe.so"), str(src)],
+                          capture_output=True, check=False)
+    return flags if done.returncode == 0 else ()
+
+
+def batched(batch: int, m: int, k: int, n: int, transposed: bool) -> UOp:
+    """out[b, i, j] = sum_r a[b, i, r] * w[b, r, j] (w read as w[b, j, r] when `transposed`: q @ k^T)."""
+    out, a, w = param(0, F32, batch * m * n), param(1, F32, batch * m * k), param(2, F32, batch * k * n)
+    b, i, j, r = loop(batch, 0), loop(m, 1), loop(n, 2), red(k, 3)
+    w_index = b * (k * n) + (j * k + r if transposed else r * n + j)
+    total = UOp(Ops.REDUCE, F32, (load(a, b * (m * k) + i * k + r) * load(w, w_index), r), Ops.ADD)
+    return sink(UOp(Ops.END, dtypes.void, (store(out, b * (m * n) + i * n + j, total), b, i, j)), name="bmm")
+
+
+def conv1d(cout: int, cin: int, width: int, ks: int = 3) -> UOp:
+    """out[o, x] = sum_c,s w[o, c, s] * in[c, x + s - 1], zero outside the input (padding 1): gates per lane."""
+    out, x, w = param(0, F32, cout * width), param(1, F32, cin * width), param(2, F32, cout * cin * ks)
+    o, p, c, s = loop(cout, 0), loop(width, 1), red(cin, 2), red(ks, 3)
+    pos = p + s - 1
+    inside = (UOp.const(dtypes.index, -1) < pos).alu(Ops.AND, pos < width)
+    total = UOp(Ops.REDUCE, F32, (load(w, o * (cin * ks) + c * ks + s) * load(x, c * width + pos, inside), c, s),
+                Ops.ADD)
+    return sink(UOp(Ops.END, dtypes.void, (store(out, o * width + p, total), o, p)), name="conv1d")
+
+
+def outputs(kernel: UOp, target: Target, opts: list[Opt] | None, seed: int = 0) -> tuple[np.ndarray, str]:
+    program = lower_uop(kernel, target, opts)
+    rng = np.random.default_rng(seed)
+    ins = [rng.standard_normal(p.size).astype(np.float32) for p in program.arg.params if not p.writable]
+    out = np.zeros(program.arg.params[0].size, np.float32)
+    run_program(program, [out, *ins], openmp=True, flags=native_flags())
+    return out, str(program.src[0].arg)
+
+
+def assert_heuristic_is_exact(kernel: UOp, target: Target = XEON) -> str:
+    got, source = outputs(kernel, target, None)
+    plain, _ = outputs(kernel, target, [])
+    np.testing.assert_array_equal(got, plain, err_msg=f"opts={choose_opts(kernel, target)}")
+    return source
+
+
+@pytest.mark.parametrize(("n", "block"), [(512, None), (1024, 256), (2048, 128)])
+def test_square_matmul_tiles_on_an_avx512_xeon(n: int, block: int | None) -> None:
+    expected = [Opt(U, 1, 16), Opt(U, 1, 4), Opt(U, 0, 4)]
+    expected += [Opt(B, 2, block)] if block else []
+    assert choose_opts(matmul(n, n, n), XEON) == [*expected, Opt(T, 1, 2)]
+
+
+def test_a_smaller_l2_blocks_sooner() -> None:
+    opts = choose_opts(matmul(256, 512, 256), SMALL)  # 8-float vectors, 16 registers: 4 x 2 tile
+    assert opts[:3] == [Opt(U, 1, 8), Opt(U, 1, 2), Opt(U, 0, 4)]
+    assert Opt(B, 2, 128) in opts and Opt(T, 1, 4) in opts  # rows 1 KiB apart: 256 fit in 256 KiB, half of it
+    assert not any(o.op is B for o in choose_opts(matmul(256, 512, 256), XEON))
+
+
+@pytest.mark.parametrize(("cache", "stride", "row", "rows"), [
+    (2 << 20, 8192, 256, 256), (2 << 20, 4096, 256, 512), (2 << 20, 6144, 256, 1024), (2 << 20, 4, 64, 32768),
+    (2 << 20, 1 << 17, 256, 16), (256 << 10, 4096, 128, 64),
+])
+def test_panel_rows_counts_rows_that_share_cache_sets(cache: int, stride: int, row: int, rows: int) -> None:
+    assert panel_rows(cache, stride, row) == rows
+
+
+def test_tile_shape_prefers_most_accumulators_then_fewest_loads_then_rows() -> None:
+    assert tile_shape(1024, 64, 16, 1, 256) == (4, 4)
+    assert tile_shape(1024, 7, 16, 1, 256) == (16, 1)  # 7 panels: one vector, the most rows
+    assert tile_shape(6, 8, 16, 1, 256) == (3, 4)
+    assert tile_shape(1024, 64, 8, 1, 256) == (4, 2)
+    assert tile_shape(1024, 64, 16, 64, 256) == (2, 2)  # 64 scalar ops copied per accumulator: at most 4
+
+
+def test_the_batch_takes_the_threads_when_columns_are_few() -> None:
+    opts = choose_opts(batched(12, 64, 32, 16, False), XEON)  # one panel of 16 columns
+    assert opts[-1] == Opt(T, 0, 2)
+    opts = choose_opts(batched(12, 64, 32, 256, False), XEON)  # 4 panels of 64 columns
+    assert opts[-1] == Opt(T, 2, 2)
+
+
+def test_gathered_operand_gets_one_vector_and_many_rows() -> None:
+    opts = choose_opts(batched(4, 32, 64, 32, True), XEON)
+    assert opts[:2] == [Opt(U, 2, 16), Opt(U, 1, 16)]
+
+
+@settings(max_examples=20, deadline=None)
+@given(m=st.sampled_from([1, 3, 4, 12, 20, 64]), k=st.sampled_from([1, 5, 16, 96, 256]),
+       n=st.sampled_from([1, 7, 16, 48, 80, 128]))
+def test_matmul_any_shape_is_exact(m: int, k: int, n: int) -> None:
+    got, _ = outputs(matmul(m, k, n), XEON, None, seed=m + n)
+    plain, _ = outputs(matmul(m, k, n), XEON, [], seed=m + n)
+    np.testing.assert_array_equal(got, plain)
+    rng = np.random.default_rng(m + n)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in (m * k, k * n))
+    np.testing.assert_allclose(got, (a.reshape(m, k) @ b.reshape(k, n)).ravel(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize(("batch", "m", "k", "n"), [(3, 32, 24, 64), (2, 16, 64, 48), (5, 12, 8, 16)])
+def test_batched_and_transposed_layouts_are_exact(batch: int, m: int, k: int, n: int, transposed: bool) -> None:
+    assert_heuristic_is_exact(batched(batch, m, k, n, transposed))
+
+
+def test_big_blocked_matmul_is_exact() -> None:
+    kernel = matmul(64, 2048, 256)
+    assert any(o.op is B for o in choose_opts(kernel, SMALL))
+    assert_heuristic_is_exact(kernel, SMALL)
+
+
+@pytest.mark.parametrize(("cout", "cin", "width"), [(16, 8, 56), (8, 4, 32), (12, 3, 24)])
+def test_padded_window_loads_a_vector_with_a_gate_per_lane(cout: int, cin: int, width: int) -> None:
+    kernel = conv1d(cout, cin, width)
+    source = assert_heuristic_is_exact(kernel)
+    assert " else v" in source  # the border: lane by lane, each gated
+    got, _ = outputs(kernel, XEON, None)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(cin * width).astype(np.float32), rng.standard_normal(cout * cin * 3).astype(np.float32)
+    padded = np.pad(x.reshape(cin, width), ((0, 0), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 3, axis=1)  # (cin, width, 3)
+    expected = np.einsum("cps,ocs->op", windows, w.reshape(cout, cin, 3))
+    np.testing.assert_allclose(got, expected.ravel(), rtol=1e-4, atol=1e-4)

@@ -1,0 +1,104 @@
+"""What the CPU backend tells codegen about this machine: its vector registers and its data caches.
+
+Codegen sizes two things from the `Target` (docs/codegen.md §2.2):
+- register tiles from `vector_widths`: the widest vector of a dtype is one register of the widest vector unit the
+  compiled code may use. On x86-64 that is 64 bytes where the CPU has AVX-512F and the toolchain compiles with
+  `-march=native`, 32 with AVX, else 16 (SSE2, the x86-64 baseline); 16 on Arm (NEON) and anything else. Without
+  `-march=native` the compiler targets its baseline, so a wider vector would be split into baseline registers:
+  the width stays 16 bytes then, whatever the CPU has.
+- cache blocks from `cache_sizes`: the data caches of CPU 0 from Linux's sysfs
+  (`/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}`; data and unified caches, by level), or, where
+  that folder is missing (macOS, containers that hide it), DEFAULT_CACHE_SIZES: an L1d and L2 of a common laptop
+  or server core, small enough that blocks sized for them still fit a real one.
+
+Both are read from files, never from a subprocess (`lscpu`), so opening the backend stays cheap.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+import re
+from pathlib import Path
+from typing import Final
+
+from plygrad.ir import DType, dtypes
+
+CACHE_DIR: Final = Path("/sys/devices/system/cpu/cpu0/cache")
+DEFAULT_CACHE_SIZES: Final = (32 * 1024, 1024 * 1024)
+_SIZE: Final = re.compile(r"^\s*(\d+)\s*([KMG]?)\s*$", re.IGNORECASE)
+_UNIT: Final = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+# dtypes whose vector ops codegen emits (plygrad.codegen.vectorize.VECTOR_DTYPES): exact IEEE ops in vectors
+_VECTOR_DTYPES: Final = (dtypes.float32, dtypes.float64)
+
+
+def parse_cache_size(text: str) -> int | None:
+    """Bytes of a sysfs cache `size` file ("48K", "2048K", "260M"), None if unreadable."""
+    match = _SIZE.match(text)
+    if match is None:
+        return None
+    size = int(match.group(1)) * _UNIT[match.group(2).upper()]
+    return size if size > 0 else None
+
+
+def read_cache_sizes(folder: Path = CACHE_DIR) -> tuple[int, ...]:
+    """The data-cache sizes of one core, innermost level first, from a sysfs cache folder; () if it has none."""
+    levels: dict[int, int] = {}
+    try:
+        entries = sorted(folder.glob("index*"))
+    except OSError:
+        return ()
+    for entry in entries:
+        try:
+            kind = (entry / "type").read_text().strip()
+            level = int((entry / "level").read_text().strip())
+            size = parse_cache_size((entry / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and size is not None:
+            levels[level] = max(size, levels.get(level, 0))
+    return tuple(levels[level] for level in sorted(levels))
+
+
+@functools.cache
+def host_cache_sizes() -> tuple[int, ...]:
+    """This machine's data-cache sizes (sysfs), or DEFAULT_CACHE_SIZES where they cannot be read."""
+    return read_cache_sizes() or DEFAULT_CACHE_SIZES
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The feature flags of the first processor in a /proc/cpuinfo text (x86 `flags`, Arm `Features`)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return frozenset(value.split())
+    return frozenset()
+
+
+@functools.cache
+def host_cpu_flags() -> frozenset[str]:
+    try:
+        return cpu_flags(Path("/proc/cpuinfo").read_text(errors="replace"))
+    except OSError:
+        return frozenset()
+
+
+def vector_bytes(machine: str, flags: frozenset[str], native: bool) -> int:
+    """Bytes of the widest vector register compiled code uses: see the module docstring."""
+    if machine.lower() in ("x86_64", "amd64") and native:
+        if "avx512f" in flags:
+            return 64
+        if "avx" in flags:
+            return 32
+    return 16
+
+
+def vector_widths(nbytes: int) -> tuple[tuple[DType, tuple[int, ...]], ...]:
+    """Target.vector_widths for registers of `nbytes` bytes: every power of two from 2 lanes up to a full register,
+    for each dtype with exact vector ops (the narrower ones serve axes the widest does not divide)."""
+    return tuple((dt, tuple(2**k for k in range(1, 8) if 2**k * dt.itemsize <= nbytes)) for dt in _VECTOR_DTYPES)
+
+
+def host_vector_widths(native: bool) -> tuple[tuple[DType, tuple[int, ...]], ...]:
+    """Target.vector_widths of this machine, for code compiled with (`native`) or without `-march=native`."""
+    return vector_widths(vector_bytes(platform.machine(), host_cpu_flags(), native))
