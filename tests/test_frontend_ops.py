@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plygrad.frontend import Tensor, dtypes
+from plygrad.ir import Ops
 
 # the scheduler fixture only enters a context manager, which is the same for every example
 FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -420,3 +421,36 @@ def test_a_buffer_whose_reads_simplify_away_is_still_a_parameter(scheduler: str)
     buffer, and the program must still take it (its signature is the kernel's PARAMs as they arrived)."""
     x = Tensor([[1.0]])
     np.testing.assert_array_equal(Tensor.arange(1).reshape(1, 1).gt(5).where(x, 0.0).numpy(), [[0.0]])
+
+
+def test_an_encoder_layer_forward_is_at_most_twelve_kernels() -> None:
+    """A BERT-style encoder layer (attention with a padding mask, two residual layernorms, a GELU feed-forward):
+    issue 10's budget is 12 kernels (tinygrad 0.14 needs more); values agree with the unfused scheduler."""
+    from plygrad.frontend import nn
+    from plygrad.frontend.nn.state import get_parameters
+
+    batch, length, hidden, heads = 2, 5, 16, 4
+    rng = np.random.default_rng(3)
+    x = Tensor(rng.standard_normal((batch, length, hidden)).astype(np.float32)).realize()
+    mask = Tensor(rng.random((batch, 1, 1, length)) > 0.2).realize()
+    q, k, v, o = (nn.Linear(hidden, hidden) for _ in range(4))
+    up, down = nn.Linear(hidden, 4 * hidden), nn.Linear(4 * hidden, hidden)
+    norm1, norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+    for layer in (q, k, v, o, up, down, norm1, norm2):
+        for p in get_parameters(layer):
+            p.realize()
+
+    def forward() -> Tensor:
+        def split(t: Tensor) -> Tensor:
+            return t.reshape(batch, length, heads, hidden // heads).transpose(1, 2)
+        att = split(q(x)).scaled_dot_product_attention(split(k(x)), split(v(x)), attn_mask=mask)
+        h = norm1(x + o(att.transpose(1, 2).reshape(batch, length, hidden)))
+        return norm2(h + down(up(h).gelu()))
+
+    with Tensor.scheduler("default"):
+        fused = forward()
+        kernels = len([c for c in fused.schedule().src if c.src[0].op is Ops.SINK])
+        values = fused.numpy()
+    assert kernels <= 12, f"{kernels} kernels"
+    with Tensor.scheduler("unfused"):
+        np.testing.assert_allclose(values, forward().numpy(), rtol=1e-5, atol=1e-5)
