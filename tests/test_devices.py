@@ -82,7 +82,7 @@ def test_copies_between_cpu_devices_use_the_allocators_transfer(monkeypatch: pyt
 def test_an_unknown_default_device_fails_when_realized(monkeypatch: pytest.MonkeyPatch) -> None:
     # naming the default opens nothing (graphs can be built with no backend installed); running on it raises
     monkeypatch.setenv("PLYGRAD_DEVICE", "FOO")
-    with pytest.raises(BackendError, match=r"'FOO'.*backends found: CPU"):
+    with pytest.raises(BackendError, match=r"'FOO'.*backends found: .*CPU"):
         (Tensor([1.0, 2.0]) + 1).numpy()
     monkeypatch.setenv("PLYGRAD_DEVICE", "cpu")
     assert Tensor([1.0]).device == "CPU"
