@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import math
+import threading
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Final, Self, TypeAlias
@@ -147,6 +148,9 @@ class LazyTensor(metaclass=ModeFlags):
         obj = object.__new__(cls)
         obj.uop, obj.device, obj.inputs = uop, device, frozenset(inputs)
         obj._requires_grad, obj.grad = requires_grad, None
+        if obj.inputs:
+            with READERS_LOCK:
+                READERS.add(obj)
         return obj
 
     def _new(self, uop: UOp, *others: LazyTensor) -> Self:
@@ -301,6 +305,12 @@ _WRITABLE_VIEWS: Final = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FL
 # drops its tensor at once, and the write must still happen). realize() runs these first for any buffer it reads.
 # DONE_ASSIGNS: ASSIGN nodes already run -> their target view; a graph built while one was pending still holds it,
 # and realize() replaces it by the view so the write is not done twice.
+# READERS: every live tensor whose graph reads a Buffer. Before an ASSIGN into a buffer runs, realize() computes
+# the unrealized ones that read the buffer's old values in the same schedule (the scheduler runs raw reads before
+# the write), so `y = (w * 2).sum(); w.assign(w + 1).realize(); y.item()` gives the value from before the write,
+# as PyTorch does (a loss read after `opt.step()`, a gradient kept across it).
+READERS: Final[weakref.WeakSet[LazyTensor]] = weakref.WeakSet()
+READERS_LOCK: Final = threading.Lock()  # a WeakSet may not grow while another thread copies it
 PENDING_ASSIGNS: Final[dict[int, list[LazyTensor]]] = {}
 DONE_ASSIGNS: Final[weakref.WeakKeyDictionary[UOp, UOp]] = weakref.WeakKeyDictionary()
 atexit.register(PENDING_ASSIGNS.clear)  # its tensors' Buffers must go before shutdown tears down the backends

@@ -18,6 +18,8 @@ from plygrad.frontend.creation import CreationOps
 from plygrad.frontend.lazy import (
     DONE_ASSIGNS,
     PENDING_ASSIGNS,
+    READERS,
+    READERS_LOCK,
     Scalar,
     base_of,
     buffer_view,
@@ -117,6 +119,7 @@ class Tensor(CreationOps):
                 _drop_done_assigns(t)
         pending = [t for t in tensors if not t._is_realized()]
         computed = [t for t in pending if t.numel() > 0]
+        computed += _old_value_readers(computed)
         for t in pending:
             if t.numel() == 0:  # nothing to compute: an empty buffer of the right dtype
                 t._point_at(Buffer(t.device, 0, t.dtype))
@@ -337,6 +340,28 @@ def _run_pending_assigns(tensors: Sequence[Tensor]) -> None:
         todo.extend(t for t in waiting if isinstance(t, Tensor) and not any(t is u for u in (*tensors, *todo)))
     for t in todo:  # one at a time: two writes into one buffer must run in the order they were made
         t.realize()
+
+
+def _old_value_readers(computed: Sequence[Tensor]) -> list[Tensor]:
+    """The live unrealized tensors that read, raw, a buffer one of `computed` assigns into (lazy.READERS): computed
+    in the same schedule, before the write, they keep the values they were built from."""
+    written = {written_buffer(base.src[0]).arg.id for base in (base_of(t.uop) for t in computed)
+               if base.op is Ops.ASSIGN}
+    if not written:
+        return []
+    found: list[Tensor] = []
+    with READERS_LOCK:
+        readers = list(READERS)
+    for reader in readers:
+        if (not isinstance(reader, Tensor) or any(reader is t for t in computed) or reader._is_realized()
+                or reader.numel() == 0 or not any(buf.id in written for buf in reader.inputs)):
+            continue
+        # a graph that contains an ASSIGN into the buffer reads the written values: it runs after the write
+        if any(node.op is Ops.ASSIGN and written_buffer(node.src[0]).arg.id in written
+               for node in reader.uop.sparents()):
+            continue
+        found.append(reader)
+    return found
 
 
 def _drop_done_assigns(t: Tensor) -> None:
