@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import operator
 import struct
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
@@ -56,6 +57,36 @@ def arg_key(arg: Any) -> Any:
 _RECORD_KEY_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+class _NodeRef(weakref.ref["UOp"]):
+    """A weak reference to a UOp that knows the node's cache key, for `_forget`."""
+
+    __slots__ = ("key",)
+    key: tuple[Any, ...]
+
+    def __new__(cls, node: UOp, key: tuple[Any, ...]) -> _NodeRef:
+        self = super().__new__(cls, node, _forget)
+        self.key = key
+        return self
+
+    def __init__(self, node: UOp, key: tuple[Any, ...]) -> None:
+        """Everything is set in __new__ (weakref.ref's own __init__ only parses its arguments)."""
+
+
+_CACHE_LOCK: Final = threading.RLock()  # reentrant: a garbage collection inside a locked region runs _forget
+
+
+def _forget(ref: weakref.ReferenceType[UOp]) -> None:
+    """A cached node died: drop its entry, unless the key already belongs to a node built since."""
+    assert isinstance(ref, _NodeRef)
+    try:
+        with _CACHE_LOCK:
+            cache = UOp._cache
+            if cache.get(ref.key) is ref:
+                del cache[ref.key]
+    except Exception:  # noqa: S110 - interpreter shutdown may have torn down the cache already
+        pass
+
+
 class UOp:
     """One IR node. Construct with `UOp(op, dtype, src, arg)`; the same arguments always give the same object."""
 
@@ -69,8 +100,12 @@ class UOp:
     arg: Any
     _key: tuple[Any, ...]
 
-    # key -> weak reference: the cache finds a live node again but never keeps one alive (see __del__)
-    _cache: dict[tuple[Any, ...], weakref.ReferenceType[UOp]] = {}
+    # key -> weak reference: the cache finds a live node again but never keeps one alive. An entry goes when its
+    # node dies, from the weak reference's callback (`_forget`): CPython clears a weak reference before calling it,
+    # so a dying node can never be handed out again (a `__del__` could be: between the last reference going and the
+    # entry being removed, another thread's lookup resurrected the node, and a third thread then built a second node
+    # for the same key). Misses and removals take `_CACHE_LOCK`; hits read without it.
+    _cache: dict[tuple[Any, ...], _NodeRef] = {}
 
     def __new__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         # None and int are arg_key's own answer for most nodes (ALU ops, constants): skip the call for them
@@ -87,29 +122,14 @@ class UOp:
         _SET_SRC(node, src)
         _SET_ARG(node, arg)
         _SET_KEY(node, key)
-        # setdefault looks up and inserts in one step under the GIL: when two threads build the same node at once
-        # (graphs are built and lowered in several threads, docs/threads.md), the second gets the first's object
-        ref = weakref.ref(node)
-        winner = cache.setdefault(key, ref)
-        if winner is not ref:
-            found = winner()
-            if found is not None:
-                return found
-            cache[key] = ref  # the entry of a dead node whose __del__ has not run yet
+        with _CACHE_LOCK:  # graphs are built and lowered in several threads (docs/threads.md)
+            current = cache.get(key)
+            if current is not None:
+                found = current()
+                if found is not None:
+                    return found  # another thread built it first
+            cache[key] = _NodeRef(node, key)
         return node
-
-    def __del__(self) -> None:
-        # Runs for every node that dies, so it hashes the key once: pop, and put back an entry that belongs to a
-        # live node of the same key (built after the garbage collector cleared this node's weak reference).
-        try:
-            cache = UOp._cache
-            ref = cache.pop(self._key, None)
-            if ref is not None:
-                found = ref()  # this node (still referable while __del__ runs), None, or that other live node
-                if found is not None and found is not self:
-                    cache.setdefault(self._key, ref)  # unless a thread built the key again meanwhile
-        except Exception:  # noqa: S110 - interpreter shutdown may have torn down the cache already
-            pass
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"UOp is immutable: cannot set {name!r}; build a new node with .replace()")
