@@ -45,3 +45,13 @@ def test_an_opt_that_does_not_apply_raises_opt_error() -> None:
 def test_opts_bytes_that_are_not_an_opt_list_raise(data: bytes) -> None:
     with pytest.raises(CodegenError, match="opts argument"):
         program_of(data)
+
+
+def test_a_reduction_the_unrolled_axis_does_not_touch_keeps_one_accumulator() -> None:
+    """softmax: the row max feeds the unrolled sum of exps but does not depend on its axis; unrolling the sum by 4
+    must not compute the max 4 times (one accumulator for the max, one for the sum)."""
+    from cg_kernels import softmax_like
+
+    program = lower_uop(softmax_like(4, 16), Target("CPU", "c"), [Opt(OptOps.UNROLL, 2, 4)])
+    source = program.src[0].arg
+    assert source.count("acc0 =") >= 1 and "acc2" not in source, source

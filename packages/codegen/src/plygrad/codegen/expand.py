@@ -123,8 +123,10 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
     loops = tuple(r for r in ranges if r.arg[1] is not AxisType.UNROLL)
     values = [value]
     if unrolled:
-        # reductions nested in `value` are already accumulators: each unrolled copy needs its own registers
-        regs = sorted((n for n in value.toposort if n.op is Ops.DEFINE_REG), key=lambda n: int(n.arg))
+        # reductions nested in `value` are already accumulators: each unrolled copy of one that depends on the
+        # unrolled ranges needs its own registers; one that does not (softmax's max under the unrolled sum of
+        # exps) is the same computation in every copy and stays one accumulator, computed once
+        regs = _regs_depending_on(value, set(unrolled))
         values = []
         for k, mapping in enumerate(_combinations(unrolled)):
             if k > 0:
@@ -149,6 +151,16 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
         acc = acc.alu(op, v)
     update = UOp(Ops.STORE, dtypes.void, (slot, acc))
     return UOp(Ops.LOAD, red.dtype, (slot, UOp(Ops.END, dtypes.void, (update, *loops))))
+
+
+def _regs_depending_on(value: UOp, ranges: set[UOp]) -> list[UOp]:
+    """The accumulator registers in `value` whose stores read any of `ranges` (sorted by slot)."""
+    stores: dict[UOp, list[UOp]] = {}
+    for node in value.toposort:
+        if node.op is Ops.STORE and node.src[0].op is Ops.INDEX and node.src[0].src[0].op is Ops.DEFINE_REG:
+            stores.setdefault(node.src[0].src[0], []).append(node)
+    return sorted((reg for reg, sts in stores.items()
+                   if any(not ranges.isdisjoint(st.toposort) for st in sts)), key=lambda n: int(n.arg))
 
 
 def lower_blocked_sink(ctx: RegSlots, sink: UOp) -> UOp | None:
