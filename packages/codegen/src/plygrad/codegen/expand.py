@@ -32,7 +32,7 @@ from typing import Final
 from plygrad.codegen.block import block_range, lower_blocked
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.scope import loop_scopes
-from plygrad.codegen.vectorize import vector_axis, vectorize_store
+from plygrad.codegen.vectorize import Lanes, Vectorizer, alu_vectors, vector_axis, vector_forms, vectorize_store
 from plygrad.ir import (
     AddrSpace,
     AxisType,
@@ -99,9 +99,11 @@ def reduce_identity(op: Ops, dtype: DType) -> UOp:
 
 @dataclass
 class RegSlots:
-    """Hands out accumulator slots, one per lowered REDUCE."""
+    """Hands out accumulator slots, one per lowered REDUCE; `target` (when known) lets an unrolled update compute
+    its values as vector lanes (`_vector_lanes`)."""
 
     used: int = 0
+    target: Target | None = None
 
     def take(self) -> int:
         self.used += 1
@@ -127,11 +129,17 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
         # unrolled ranges needs its own registers; one that does not (softmax's max under the unrolled sum of
         # exps) is the same computation in every copy and stays one accumulator, computed once
         regs = _regs_depending_on(value, set(unrolled))
+        inner = unrolled[-1]  # the fastest-varying unrolled range
+        lanes = None if regs or ctx.target is None else _vector_lanes(ctx.target, value, inner)
         values = []
-        for k, mapping in enumerate(_combinations(unrolled)):
-            if k > 0:
-                mapping.update({reg: UOp(Ops.DEFINE_REG, reg.dtype, (), ctx.take()) for reg in regs})
-            values.append(value.substitute(mapping))
+        if lanes is not None:  # the other unrolled ranges as copies, the innermost as the lanes of each copy
+            for mapping in _combinations(unrolled[:-1]):
+                values.extend(lanes(value.substitute(mapping)))
+        else:
+            for k, mapping in enumerate(_combinations(unrolled)):
+                if k > 0:
+                    mapping.update({reg: UOp(Ops.DEFINE_REG, reg.dtype, (), ctx.take()) for reg in regs})
+                values.append(value.substitute(mapping))
     identity = reduce_identity(op, red.dtype.scalar())
     if red.dtype.count > 1:  # a vector accumulator (vectorize.py): every lane starts from the identity
         identity = UOp(Ops.VECTORIZE, red.dtype, (identity,) * red.dtype.count)
@@ -151,6 +159,27 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
         acc = acc.alu(op, v)
     update = UOp(Ops.STORE, dtypes.void, (slot, acc))
     return UOp(Ops.LOAD, red.dtype, (slot, UOp(Ops.END, dtypes.void, (update, *loops))))
+
+
+def _vector_lanes(target: Target, value: UOp, u: UOp) -> Callable[[UOp], list[UOp]] | None:
+    """For an unrolled scalar update whose value calls a vector math op of the target's (`VectorForms.math`: C's
+    float32 EXP2, the bulk of a softmax's sum of exponentials): a function giving a copy's k values as the lanes
+    of one vector computation over `u`, taken out in lane order (GEP) for the scalar accumulator. Lane j computes
+    exactly scalar copy j's operations (vectorize.py) and the updates keep their order, so the bits are those of
+    the plain loop. None when the value has no such op or is not a scalar of a vector dtype of that width."""
+    forms = vector_forms(target)
+    width = int(u.src[0].arg)
+    if value.dtype.count != 1 or not alu_vectors(value.dtype, width, target) \
+            or not any((n.op, n.dtype) in forms.math for n in value.toposort):
+        return None
+
+    def lanes(copy: UOp) -> list[UOp]:
+        vector = Vectorizer(u, target).visit(copy)
+        if isinstance(vector, Lanes) or vector.dtype.count != width:
+            return list(vector.values) if isinstance(vector, Lanes) else [vector] * width
+        return [UOp(Ops.GEP, copy.dtype, (vector,), (j,)) for j in range(width)]
+
+    return lanes
 
 
 def _regs_depending_on(value: UOp, ranges: set[UOp]) -> list[UOp]:

@@ -121,7 +121,7 @@ def _expand_upcast(state: Lowering) -> Lowering:
 
 
 def _lower_reduce(state: Lowering) -> Lowering:
-    return replace(state, kernel=graph_rewrite(state.kernel, lower_reduce, ctx=RegSlots()))
+    return replace(state, kernel=graph_rewrite(state.kernel, lower_reduce, ctx=RegSlots(target=state.target)))
 
 
 def _fuse_wmma(state: Lowering) -> Lowering:

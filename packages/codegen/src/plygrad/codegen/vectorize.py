@@ -8,7 +8,8 @@ graph over that axis `u` of k lanes. Every node gets one of three forms:
 
 - the node itself, when it does not depend on `u` (shared by all lanes: a load of `a[i, r]` in a matmul);
 - a vector node of dtype `dtype.vec(k)`: a contiguous LOAD (one vector load from the lane-0 address), an ALU op
-  the renderer has as a vector op, a REDUCE over a vector value (a vector accumulator);
+  the renderer has as a vector op (VECTOR_OPS, and `VectorForms.math`: C's float32 EXP2), a REDUCE over a vector
+  value (a vector accumulator);
 - `Lanes`: k scalar nodes, exactly the copies scalar unrolling would make (`u` replaced by 0..k-1). Anything
   without a vector form stays this way (strided loads, loads gated by lane where the renderer lacks
   `VectorForms.lane_gates`, casts, comparisons, integers, float16).
@@ -202,7 +203,7 @@ class Vectorizer:
                 self.done[node] = self.load(node)
             elif node.op is Ops.REDUCE:
                 self.done[node] = self.reduce(node)
-            elif node.op in VECTOR_OPS:
+            elif node.op in VECTOR_OPS or (node.op, node.dtype) in self.forms.math:
                 self.done[node] = self.alu(node)
             else:
                 self.done[node] = self.lanes(node)
@@ -255,7 +256,8 @@ class Vectorizer:
         """`node` as one vector: vector ops where it is one of VECTOR_OPS, its lanes packed (VECTORIZE) where it
         has no vector form. Lane j still computes scalar copy j's operations, so the bits do not change."""
         found = self.done[node]
-        if isinstance(found, Lanes) and node.op in VECTOR_OPS and alu_vectors(node.dtype, self.width, self.target) \
+        if isinstance(found, Lanes) and (node.op in VECTOR_OPS or (node.op, node.dtype) in self.forms.math) \
+                and alu_vectors(node.dtype, self.width, self.target) \
                 and all(s.dtype is node.dtype for s in node.src):
             return UOp(node.op, node.dtype.vec(self.width), tuple(self.packed(s) for s in node.src))
         return self.vector(found)

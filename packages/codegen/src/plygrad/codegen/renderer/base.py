@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from plygrad.ir import DType, ParamInfo, Target, UOp, dtypes
+from plygrad.ir import DType, Ops, ParamInfo, Target, UOp, dtypes
 
 
 @dataclass(frozen=True)
@@ -37,17 +37,20 @@ class VectorForms:
     pieces or single lanes elsewhere. `lane_gates`: a contiguous load whose gate differs per lane (a padded
     convolution's window at the border) may still be one vector LOAD, through `INDEX(buf, idx, gate_0, ...,
     gate_k-1)`: the renderer loads every lane at once where all gates hold and lane by lane elsewhere (C).
-    The widths themselves are the Target's (`Target.vector_widths_for`)."""
+    `math`: unary ops beyond those that the `alu` dtypes also have as vector ops, lane for lane the scalar op's
+    bits (C: float32 EXP2, renderer/c_math.py). The widths themselves are the Target's (`Target.vector_widths_for`)."""
 
     alu: frozenset[DType]
     memory: frozenset[DType]
     aligned: bool = False
     lane_gates: bool = False
+    math: frozenset[tuple[Ops, DType]] = frozenset()
 
 
 # what the C renderer has (GCC/Clang vector extensions): IEEE float ops in vectors, unaligned vector accesses
 C_VECTOR_FORMS = VectorForms(alu=frozenset({dtypes.float32, dtypes.float64}),
-                             memory=frozenset({dtypes.float32, dtypes.float64}), lane_gates=True)
+                             memory=frozenset({dtypes.float32, dtypes.float64}), lane_gates=True,
+                             math=frozenset({(Ops.EXP2, dtypes.float32)}))
 
 
 class Renderer(ABC):

@@ -19,6 +19,7 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
+from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2
 from plygrad.codegen.renderer.c_types import (
     HELPER_OF,
     HELPERS,
@@ -52,6 +53,12 @@ _C_RESERVED: Final = frozenset({
 _REJECTED_AXES: Final = {AxisType.LOCAL: "LOCAL", AxisType.GROUP_REDUCE: "GROUP_REDUCE"}
 
 
+def libm_call(op: Ops, dtype: DType, args: list[str]) -> str:
+    """The C math library's function computing `op` on float locals of `dtype` (`exp2f`, `exp2`, ...)."""
+    name = _MATH[op] if dtype is dtypes.float64 else f"{_MATH[op]}f"
+    return f"{name}({', '.join(args)})"
+
+
 class CRenderer(Renderer):
     """Renders a linearized kernel as one C function; see the module docstring."""
 
@@ -76,6 +83,7 @@ class CFunction:
         self.declared_regs: set[int] = set()
         self.helpers: set[str] = set()
         self.vectors: set[DType] = set()
+        self.vector_exp2: set[DType] = set()
         self.lines: list[str] = []
         self.indent = 1
 
@@ -87,6 +95,7 @@ class CFunction:
         params += [f"long long {self.variable_name(v)}" for v in self.kernel.variables]
         helpers = "".join(self.helper_source(h) for h in sorted(self.helpers))
         helpers += "".join(vector_typedefs(d) for d in sorted(self.vectors, key=lambda d: (d.itemsize, str(d))))
+        helpers += "".join(vector_exp2(vector_type(d), d.count) for d in sorted(self.vector_exp2, key=str))
         signature = f"void {self.kernel.name}({', '.join(params) or 'void'})"
         return f"{PREAMBLE}{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
 
@@ -124,12 +133,18 @@ class CFunction:
         return f"({a} * {b} + {c})"
 
     def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
-        """The math library call computing `op` (SQRT EXP2 LOG2 SIN TRUNC POW) on float locals of `dtype`."""
-        name = _MATH[op] if dtype is dtypes.float64 else f"{_MATH[op]}f"
-        return f"{name}({', '.join(args)})"
+        """The call computing `op` (SQRT EXP2 LOG2 SIN TRUNC POW) on float locals of `dtype`: the math library's,
+        but float32 EXP2 is c_math.py's (vectorizable; a vector dtype only reaches here for it)."""
+        if op is Ops.EXP2 and dtype.scalar() is dtypes.float32:
+            if dtype.count > 1:
+                self.vector_exp2.add(dtype)
+                return f"plygrad_exp2_{self.local_type(dtype)[8:]}({args[0]})"
+            self.helpers.add("exp2f")
+            return f"plygrad_exp2f({args[0]})"
+        return libm_call(op, dtype, args)
 
     def helper_source(self, name: str) -> str:
-        return HELPERS[name]
+        return EXP2F if name == "exp2f" else HELPERS[name]
 
     def storage_type(self, dtype: DType) -> str:
         """`c_storage(dtype)`, noting the helper that defines it or converts to it (float16, bfloat16)."""

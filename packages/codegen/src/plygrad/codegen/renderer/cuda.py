@@ -28,7 +28,7 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer, VectorForms
-from plygrad.codegen.renderer.c import CFunction
+from plygrad.codegen.renderer.c import CFunction, libm_call
 from plygrad.codegen.renderer.cuda_mma import MmaStatements, warp_lanes
 from plygrad.codegen.renderer.cuda_types import (
     HELPERS,
@@ -268,7 +268,7 @@ class CudaFunction(CFunction):
     def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
         if op is Ops.SQRT and dtype is not dtypes.float64:
             return f"__fsqrt_rn({args[0]})"  # correctly rounded whatever -prec-sqrt says
-        return super().math_call(op, dtype, args)  # sqrt(double) is always correctly rounded
+        return libm_call(op, dtype, args)  # CUDA's libdevice; sqrt(double) is always correctly rounded
 
     def helper_source(self, name: str) -> str:
         return HELPERS[name]

@@ -1,0 +1,73 @@
+"""float32 EXP2 of the C renderer (renderer/c_math.py): within an ulp of float64's result rounded once, special
+values exact, and the vector form bit for bit the scalar one (what vectorize.py promises), at -O2 and at the CPU
+backend's `-O3 -march=native`, with the system C compiler (cg_run.compile_c)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from cg_kernels import softmax_like
+from cg_run import compile_c, run_program
+
+from plygrad.codegen import lower_uop
+from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2
+from plygrad.ir import Opt, OptOps, Target
+
+_SOURCE = f"""#include <stdint.h>
+#include <string.h>
+typedef float plygrad_float16 __attribute__((vector_size(64)));
+typedef int32_t plygrad_float16_mask __attribute__((vector_size(64)));
+{EXP2F}{vector_exp2("plygrad_float16", 16)}
+void scalar(const float* x, float* y, long n) {{ for (long i = 0; i < n; i++) y[i] = plygrad_exp2f(x[i]); }}
+void vector(const float* x, float* y, long n) {{
+  for (long i = 0; i + 16 <= n; i += 16) {{
+    plygrad_float16 v; memcpy(&v, x + i, sizeof v); v = plygrad_exp2_float16(v); memcpy(y + i, &v, sizeof v);
+  }}
+}}
+"""
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, 127.0, 127.99, 128.0, 200.0, -126.0, -127.5, -149.0, -149.5, -150.0, -150.01,
+           -151.0, -1000.0, 1e-30, -1e-30, np.inf, -np.inf, np.nan]
+
+
+def _inputs() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    parts = [rng.uniform(-160, 130, 1_000_000), rng.uniform(-1, 1, 200_000), rng.standard_normal(100_000) * 1e-6,
+             np.array(SPECIAL)]
+    x = np.concatenate(parts).astype(np.float32)
+    return np.concatenate([x, np.zeros(-len(x) % 16, np.float32)])
+
+
+@pytest.mark.parametrize("flags", [(), ("-O3", "-march=native")], ids=["O2", "native"])
+def test_exp2f_is_within_an_ulp_and_vector_lanes_match_scalar(flags: tuple[str, ...]) -> None:
+    lib = compile_c(_SOURCE, flags=flags)
+    x = _inputs()
+    got, lanes = np.empty_like(x), np.empty_like(x)
+    ptr = ctypes.POINTER(ctypes.c_float)
+    lib.scalar(x.ctypes.data_as(ptr), got.ctypes.data_as(ptr), ctypes.c_long(len(x)))
+    lib.vector(x.ctypes.data_as(ptr), lanes.ctypes.data_as(ptr), ctypes.c_long(len(x)))
+    assert np.array_equal(got.view(np.uint32), lanes.view(np.uint32)), "vector lanes differ from the scalar form"
+    with np.errstate(over="ignore"):
+        want = np.exp2(x.astype(np.float64)).astype(np.float32)
+    finite = np.isfinite(want)
+    ulps = np.abs(got[finite].view(np.int32).astype(np.int64) - want[finite].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1, x[finite][ulps.argmax()]
+    assert np.array_equal(got[~finite], want[~finite], equal_nan=True)  # inf, 0 and NaN exactly
+    assert np.array_equal(got[-len(SPECIAL) - 10:-10][:-3], want[-len(SPECIAL) - 10:-10][:-3])  # exact cases
+
+
+def test_softmax_sum_of_exponentials_is_vector_exp2_with_the_plain_loops_bits() -> None:
+    """The unrolled sum of exponentials computes its exp2 as one vector call per copy and adds the lanes in the
+    plain loop's order: the result equals the unoptimized kernel's bit for bit."""
+    m, n = 4, 64
+    kernel, cpu = softmax_like(m, n), Target("CPU", "c")
+    fast = lower_uop(kernel, cpu, [Opt(OptOps.UNROLL, 2, 4)])
+    assert "plygrad_exp2_float4(" in fast.src[0].arg
+    x = (np.random.default_rng(1).standard_normal(m * n) * 10).astype(np.float32)
+    outs = []
+    for program in (fast, lower_uop(kernel, cpu, [])):
+        out = np.zeros(m * n, np.float32)
+        run_program(program, [out, x])
+        outs.append(out)
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
