@@ -2,83 +2,17 @@
 
 Settings are read from `os.environ` each time they are asked for (not once at import), so a test or a user can
 change one with `monkeypatch.setenv` or `os.environ[...] = ...` and the next run sees it. docs/backends.md lists them.
+The setting classes are plygrad.ir's (plygrad.ir.settings), shared by every package.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-
-@dataclass(frozen=True)
-class IntSetting:
-    """An integer setting; an unparsable value raises ValueError naming the variable rather than being ignored."""
-
-    name: str
-    default: int
-    meaning: str
-    low: int = -(2**63)
-    high: int = 2**63 - 1
-
-    def get(self) -> int:
-        raw = os.environ.get(self.name, "").strip()
-        if not raw:
-            return self.default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"{self.name}={raw!r} is not an integer; {self.meaning}") from None
-        return min(max(value, self.low), self.high)
-
-
-@dataclass(frozen=True)
-class FloatSetting:
-    """A number setting (e.g. seconds); an unparsable value or NaN raises ValueError naming the variable."""
-
-    name: str
-    default: float
-    meaning: str
-    low: float = 0.0
-    high: float = float("inf")
-
-    def get(self) -> float:
-        raw = os.environ.get(self.name, "").strip()
-        if not raw:
-            return self.default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError(f"{self.name}={raw!r} is not a number; {self.meaning}") from None
-        if math.isnan(value):  # NaN compares false with every bound and would disable the limit silently
-            raise ValueError(f"{self.name}={raw!r} is not a number; {self.meaning}")
-        return min(max(value, self.low), self.high)
-
-
-@dataclass(frozen=True)
-class StrSetting:
-    """A text setting; empty counts as unset."""
-
-    name: str
-    default: str
-    meaning: str
-
-    def get(self) -> str:
-        return os.environ.get(self.name, "").strip() or self.default
-
-
-@dataclass(frozen=True)
-class FlagSetting:
-    """A boolean setting: set and not one of 0/false/no/off means on."""
-
-    name: str
-    meaning: str
-
-    def get(self) -> bool:
-        return os.environ.get(self.name, "").strip().lower() not in ("", "0", "false", "no", "off")
+from plygrad.ir.settings import FlagSetting, FloatSetting, IntSetting, StrSetting
 
 
 def default_cache_dir() -> Path:
@@ -114,6 +48,10 @@ BEAM_TIMEOUT: Final = FloatSetting("BEAM_TIMEOUT", 60.0, "seconds one kernel's B
                                    "candidate found by then is kept", 0.0)
 BEAM_MAX_CANDIDATES: Final = IntSetting("BEAM_MAX_CANDIDATES", 200, "how many distinct programs one kernel's BEAM "
                                         "search may compile and time at most", 1, 1 << 20)
+
+__all__ = ["BEAM", "BEAM_MAX_CANDIDATES", "BEAM_TIMEOUT", "DEBUG", "PLYGRAD_CACHE_DIR", "PLYGRAD_CODEGEN",
+           "PLYGRAD_COMPILE_JOBS", "PLYGRAD_DEVICE", "PLYGRAD_DISABLE_CACHE", "PLYGRAD_FORCE_BYTES", "SETTINGS",
+           "FlagSetting", "FloatSetting", "IntSetting", "StrSetting", "cache_dir", "default_cache_dir"]
 
 SETTINGS: Final = (DEBUG, PLYGRAD_DEVICE, PLYGRAD_CODEGEN, PLYGRAD_CACHE_DIR, PLYGRAD_DISABLE_CACHE,
                    PLYGRAD_FORCE_BYTES, PLYGRAD_COMPILE_JOBS, BEAM, BEAM_TIMEOUT, BEAM_MAX_CANDIDATES)
