@@ -9,8 +9,11 @@ Long float sums are blocked (`_blocked`): a sum over more than SPLIT_ABOVE eleme
 BLOCK elements, then a sum of those partial sums (again blocked if there are many), so no accumulator ever adds more
 than BLOCK terms. A single running float32 sum stops growing at 2^24 (adding 1.0 to 16777216.0 gives 16777216.0)
 and its rounding error grows with n; blocked, the error grows like BLOCK * log_BLOCK(n) and 2^25 ones sum exactly.
-It also gives the first kernel one independent partial per block, which the CPU backend spreads over its cores and
-a GPU over its workgroups. Every reduction kernel a scheduler or code generator makes from this graph keeps the
+It also gives the first kernel independent partials per block, which the CPU backend spreads over its cores and a
+GPU over its workgroups. A block of a float sum is read as BLOCK/LANES rows of LANES consecutive elements and gives
+LANES partials, one per column (each adding BLOCK/LANES terms): the first kernel then loads whole rows as vectors
+into LANES vector-lane accumulators, walking memory in order, where one partial per block would have made its
+vector lanes of 16 blocks each a row apart (a gather per vector). The partials of all blocks go to the next level. Every reduction kernel a scheduler or code generator makes from this graph keeps the
 property: it is in the graph.
 
 Other long reductions with few outputs (max, integer sums, products over more than SPLIT_ABOVE elements into at
@@ -34,6 +37,7 @@ Axis = int | Sequence[int] | None
 HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
 SPLIT_ABOVE: Final = 1 << 14  # float sums over more elements than this are blocked
 BLOCK: Final = 1 << 12  # terms one accumulator adds at most in a blocked sum
+LANES: Final = 16  # a block of a float sum gives this many partials, each the sum of every LANES-th term
 FEW_OUTPUTS: Final = 16  # a long max/integer sum/product into at most this many values is staged too
 
 
@@ -66,9 +70,15 @@ class ReduceOps(MovementOps):
             blocks = -(-n // BLOCK)
             pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * BLOCK - n),)
             padded = x._pad_zeros(pairs) if op is Ops.ADD else x.pad(pairs, value=self._identity(op))
-            x = padded.reshape(*kept_shape, blocks, BLOCK)
-            x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,)))).reshape(*kept_shape, blocks)
-            n = blocks
+            if op is Ops.ADD:  # LANES strided partials per block: contiguous vector loads (module docstring)
+                x = padded.reshape(*kept_shape, blocks, BLOCK // LANES, LANES)
+                x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 2,))))
+                n = blocks * LANES
+            else:
+                x = padded.reshape(*kept_shape, blocks, BLOCK)
+                x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,))))
+                n = blocks
+            x = x.reshape(*kept_shape, n)
         total = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,))))
         return total.reshape(tuple(1 if i in axes else d for i, d in enumerate(self.shape)))
 
