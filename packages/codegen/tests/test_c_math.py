@@ -8,12 +8,12 @@ import ctypes
 
 import numpy as np
 import pytest
-from cg_kernels import softmax_like
+from cg_kernels import reduce_rows, softmax_like
 from cg_run import compile_c, run_program
 
 from plygrad.codegen import lower_uop
 from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2
-from plygrad.ir import Opt, OptOps, Target
+from plygrad.ir import Ops, Opt, OptOps, Target, dtypes
 
 _SOURCE = f"""#include <stdint.h>
 #include <string.h>
@@ -71,3 +71,24 @@ def test_softmax_sum_of_exponentials_is_vector_exp2_with_the_plain_loops_bits() 
         run_program(program, [out, x])
         outs.append(out)
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32))
+
+
+@pytest.mark.parametrize("special", [None, np.nan, -np.inf, -0.0], ids=["plain", "nan", "-inf", "-0"])
+def test_max_over_unrolled_lanes_is_a_vector_accumulator_with_the_plain_result(special: float | None) -> None:
+    """A MAX unrolled by a vector width keeps one vector accumulator (its lanes combined after the loop): exact in
+    any order, so equal to the plain loop's result bit for bit, NaN and signed zeros included."""
+    m, n = 4, 64
+    kernel, cpu = reduce_rows(Ops.MAX, dtypes.float32, m, n), Target("CPU", "c")
+    fast = lower_uop(kernel, cpu, [Opt(OptOps.UNROLL, 1, 8)])
+    assert "plygrad_max_float8(" in fast.src[0].arg
+    x = np.random.default_rng(2).standard_normal(m * n).astype(np.float32)
+    if special is not None:
+        x[5] = x[70] = x[200] = special
+        if special == 0.0:
+            x[64:128] = np.where(np.arange(64) % 2, 0.0, -0.0)
+    outs = []
+    for program in (fast, lower_uop(kernel, cpu, [])):
+        out = np.zeros(m, np.float32)
+        run_program(program, [out, x])
+        outs.append(out)
+    assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), outs

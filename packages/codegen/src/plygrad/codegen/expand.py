@@ -123,6 +123,10 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
     # the highest axis id varies slowest: the updates then run in the plain loop's order
     unrolled = sorted((r for r in ranges if r.arg[1] is AxisType.UNROLL), key=lambda r: -int(r.arg[0]))
     loops = tuple(r for r in ranges if r.arg[1] is not AxisType.UNROLL)
+    if op is Ops.MAX and unrolled and loops and start is None:
+        in_lanes = _max_in_lanes(ctx, red, unrolled, loops)
+        if in_lanes is not None:
+            return in_lanes
     values = [value]
     if unrolled:
         # reductions nested in `value` are already accumulators: each unrolled copy of one that depends on the
@@ -150,13 +154,45 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
         for v in values:
             result = result.alu(op, v)
         return result
+    return _accumulate_values(ctx, red, identity, values, loops)
+
+
+def _max_in_lanes(ctx: RegSlots, red: UOp, unrolled: list[UOp], loops: tuple[UOp, ...]) -> UOp | None:
+    """A MAX whose unrolled values are one vector computation over the innermost unrolled range: a vector
+    accumulator of those lanes, updated once per copy of the other unrolled ranges, its lanes combined after the
+    loops. MAX gives the same value in any order (docs/ir.md §5: NaN propagates, max(-0.0, 0.0) is 0.0 either
+    way), so unlike a sum this changes no result. None where it does not apply (no target, nested accumulators
+    depending on the unrolled ranges, a value whose lanes are not one vector)."""
+    target, value, inner = ctx.target, red.src[0], unrolled[-1]
+    width = int(inner.src[0].arg)
+    if target is None or red.dtype.count != 1 or not alu_vectors(red.dtype, width, target) \
+            or _regs_depending_on(value, set(unrolled)):
+        return None
+    vectors = []
+    for mapping in _combinations(unrolled[:-1]):
+        vector = Vectorizer(inner, target).visit(value.substitute(mapping))
+        if isinstance(vector, Lanes) or vector.dtype.count != width:
+            return None
+        vectors.append(vector)
+    lanes = UOp(Ops.REDUCE, red.dtype.vec(width), (vectors[0], *loops), Ops.MAX)
+    start = UOp(Ops.VECTORIZE, lanes.dtype, (reduce_identity(Ops.MAX, red.dtype),) * width)
+    total = _accumulate_values(ctx, lanes, start, vectors, loops)
+    result = UOp(Ops.GEP, red.dtype, (total,), (0,))
+    for j in range(1, width):
+        result = result.alu(Ops.MAX, UOp(Ops.GEP, red.dtype, (total,), (j,)))
+    return result
+
+
+def _accumulate_values(ctx: RegSlots, red: UOp, identity: UOp, values: list[UOp], loops: tuple[UOp, ...]) -> UOp:
+    """`red`'s accumulator: `identity` where the reduce lives, then updated with each of `values` in turn inside
+    `loops`, read after them."""
     outer = loop_scopes(red)[red]
     reg = UOp(Ops.DEFINE_REG, red.dtype.ptr(1, AddrSpace.REG), (), ctx.take())
     slot = UOp(Ops.INDEX, reg.dtype, (reg, UOp.const(dtypes.index, 0)))
     init = UOp(Ops.STORE, dtypes.void, (slot, identity, *sorted(outer, key=lambda r: int(r.arg[0]))))
     acc = UOp(Ops.LOAD, red.dtype, (slot, init, *loops))
     for v in values:
-        acc = acc.alu(op, v)
+        acc = acc.alu(red.arg, v)
     update = UOp(Ops.STORE, dtypes.void, (slot, acc))
     return UOp(Ops.LOAD, red.dtype, (slot, UOp(Ops.END, dtypes.void, (update, *loops))))
 

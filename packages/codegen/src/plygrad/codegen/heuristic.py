@@ -2,7 +2,9 @@
 
 Rules of thumb, cheapest first, each justified by what the C compiler does with the result:
 - UNROLL the innermost reduce axis: a small one (<= 8) completely, otherwise by 4 when 4 divides it; the
-  accumulator update becomes straight-line code the compiler can schedule.
+  accumulator update becomes straight-line code the compiler can schedule. A reduce axis whose values can be
+  vector lanes (`reduce_lanes`: a MAX, or a value calling a vector math op such as softmax's exponentials, loading
+  contiguously along the axis) is UNROLLed by the vector width instead, whichever axis it is.
 - Vector width: UPCAST the innermost output axis by the largest of `target.vector_widths_for(dtype)` that divides
   it, when every store writes that axis contiguously in a dtype with vectors (vectorize.py turns the UPCAST into
   vector lanes: one load, op and store per k elements). There is no separate VECTORIZE action (OptOps has none):
@@ -94,7 +96,9 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
         if tiled is not None:
             return tiled
     opts: list[Opt] = []
-    if reduces:
+    lanes = {axis: w for axis in reduces if (w := reduce_lanes(kernel, ranges[axis], target))}
+    opts += [Opt(OptOps.UNROLL, axis, w) for axis, w in lanes.items()]
+    if reduces and reduces[-1] not in lanes:
         axis = reduces[-1]
         if 2 <= sized[axis] <= FULL_UNROLL_MAX:
             opts.append(Opt(OptOps.UNROLL, axis, sized[axis]))
@@ -116,6 +120,28 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
     if outputs and target.threads > 1 and sized[outputs[0]] >= 2 and work >= THREAD_MIN_WORK:
         opts.append(Opt(OptOps.THREAD, outputs[0], target.threads))
     return opts
+
+
+def reduce_lanes(kernel: UOp, axis: UOp, target: Target) -> int:
+    """The vector width to UNROLL reduce axis `axis` by so that expand.py computes its values as vector lanes: a
+    MAX (a vector accumulator, exact in any order) or a reduction whose value calls a vector math op
+    (`VectorForms.math`: softmax's exponentials, added lane by lane in order), when every load it makes along
+    `axis` is contiguous and ungated by it; 0 otherwise."""
+    reduces = [n for n in kernel.toposort if n.op is Ops.REDUCE and axis in n.src[1:]]
+    if len(reduces) != 1 or axis.src[0].op is not Ops.CONST or reduces[0].dtype not in VECTOR_DTYPES:
+        return 0
+    red, forms = reduces[0], vector_forms(target)
+    value = red.src[0].toposort
+    if red.arg is not Ops.MAX and not any((n.op, n.dtype) in forms.math for n in value):
+        return 0
+    for node in value:
+        if node.op is Ops.LOAD and axis in node.toposort:
+            index = node.src[0]
+            if index.op is not Ops.INDEX or lane_stride(index.src[1], axis) != 1 \
+                    or (len(index.src) == 3 and axis in index.src[2].toposort):
+                return 0
+    size = int(axis.src[0].arg)
+    return max((w for w in target.vector_widths_for(red.dtype) if size % w == 0), default=0)
 
 
 def vector_width(kernel: UOp, axis: UOp, target: Target) -> int:
