@@ -9,6 +9,7 @@ from plygrad.ir.dtype import (
     ConstType,
     DType,
     DTypeKind,
+    DTypeLike,
     PtrDType,
     dtype_text,
     dtypes,
@@ -16,9 +17,11 @@ from plygrad.ir.dtype import (
     parse_dtype,
     result_dtype,
     sum_acc_dtype,
+    to_dtype,
 )
 from plygrad.ir.errors import (
     DTypeError,
+    DTypeNameError,
     IRDecodeError,
     IRError,
     IRVerifyError,
@@ -28,6 +31,7 @@ from plygrad.ir.errors import (
     ShapeError,
 )
 from plygrad.ir.evaluate import EvaluationError, evaluate
+from plygrad.ir.helpers import kernel_name, reduce_identity, strip_reshapes, written_buffer
 from plygrad.ir.ops import AxisType, GroupOp, Ops, OptOps
 from plygrad.ir.records import BufferRef, KernelInfo, Opt, ParamInfo, ProgramInfo
 from plygrad.ir.rewrite import Order, PatternMatcher, graph_rewrite
@@ -35,6 +39,7 @@ from plygrad.ir.scalar import bitcast_value, cast_value, exec_alu, truncate
 from plygrad.ir.serialize import deserialize, deserialize_target, serialize, serialize_target
 from plygrad.ir.shape import Shape, broadcast_shapes
 from plygrad.ir.stage import Stage
+from plygrad.ir.structure import StructuralKey, structural_key
 from plygrad.ir.symbolic import counter_bits, simplify, symbolic
 from plygrad.ir.target import Target, TensorCore
 from plygrad.ir.text import from_text, to_text
@@ -53,6 +58,8 @@ __all__ = [
     "DType",
     "DTypeError",
     "DTypeKind",
+    "DTypeLike",
+    "DTypeNameError",
     "EvaluationError",
     "GroupOp",
     "IRDecodeError",
@@ -73,6 +80,7 @@ __all__ = [
     "Shape",
     "ShapeError",
     "Stage",
+    "StructuralKey",
     "Target",
     "TensorCore",
     "UOp",
@@ -89,15 +97,21 @@ __all__ = [
     "exec_alu",
     "from_text",
     "graph_rewrite",
+    "kernel_name",
     "least_upper_dtype",
     "parse_dtype",
+    "reduce_identity",
     "result_dtype",
     "serialize",
     "serialize_target",
     "simplify",
+    "strip_reshapes",
+    "structural_key",
     "sum_acc_dtype",
     "symbolic",
+    "to_dtype",
     "to_text",
     "truncate",
     "verify",
+    "written_buffer",
 ]

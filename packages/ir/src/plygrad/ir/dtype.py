@@ -2,14 +2,28 @@
 
 DTypes are interned: every constructor goes through one cache, so two equal dtypes are the same object and
 comparing or hashing them is as cheap as comparing identities. That matters because every `UOp` key contains one.
+
+Names follow tinygrad 0.14 (which follows PyTorch where both have a name): `dtypes.float32`, the aliases `half`,
+`float`, `double`, `uint`, `long`..., the groups `dtypes.floats`, `ints`, `uints`, `sints`, `fp8s`, the predicates
+`dtypes.is_float(dt)`..., `dtypes.finfo(dt)`. `to_dtype` (also `dtypes.resolve`) is the one place a dtype given
+by name becomes a `DType`: every API that takes a dtype takes its name too, and an unknown name fails there, at
+the call, listing the names it knows. The four 8-bit floats are `fp8e4m3 fp8e5m2 fp8e4m3fnuz fp8e5m2fnuz`
+(layouts and conversion rules in dtype_fp8.py); like float16 they compute in float32 and round after each op.
 """
 
 from __future__ import annotations
 
+import builtins
 import enum
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Final
+from typing import TYPE_CHECKING, ClassVar, Final
+
+from plygrad.ir.dtype_fp8 import FP8_FORMATS
+from plygrad.ir.errors import DTypeNameError
+
+if TYPE_CHECKING:
+    from plygrad.ir.dtype_info import FInfo
 
 ConstType = bool | int | float
 MAX_VECTOR_WIDTH: Final = 256  # widest vector any target has; also a bound for untrusted input
@@ -172,11 +186,48 @@ _NUMPY_NAMES: Final[dict[str, str]] = {
     "bool": "bool", "int8": "int8", "int16": "int16", "int32": "int32", "int64": "int64",
     "uint8": "uint8", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
     "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float64": "float64",
+    **{fmt.name: fmt.numpy_name for fmt in FP8_FORMATS.values()},  # ml_dtypes' names (float8_e4m3fn, ...)
 }
 
 
 class dtypes:  # noqa: N801 - the lower-case namespace is the tinygrad/PyTorch spelling users type
-    """Every scalar dtype of the IR, plus helpers. `dtypes.float32`, `dtypes.from_name("int8")`."""
+    """Every scalar dtype of the IR, its aliases and groups, plus helpers. `dtypes.float32`, `dtypes.resolve("half")`.
+
+    The predicates are static functions here (`dtypes.is_float(dt)`, as tinygrad spells them) and properties on a
+    dtype (`dt.is_float`); both answer the same. Annotations say `builtins.bool` because `bool` in this class body
+    is `dtypes.bool`."""
+
+    @staticmethod
+    def is_float(dt: DType) -> builtins.bool:
+        """True for the floats, fp8 included (`dtypes.floats`)."""
+        return dt.is_float
+
+    @staticmethod
+    def is_int(dt: DType) -> builtins.bool:
+        """True for the signed and unsigned integers and the index type (not bool)."""
+        return dt.is_int
+
+    @staticmethod
+    def is_unsigned(dt: DType) -> builtins.bool:
+        return dt.is_unsigned
+
+    @staticmethod
+    def is_bool(dt: DType) -> builtins.bool:
+        return dt.is_bool
+
+    @staticmethod
+    def finfo(dt: DTypeLike) -> FInfo:
+        """The float format of `dt`: `(exponent, mantissa)` bits as tinygrad returns them (`e, m = finfo(dt)`),
+        with PyTorch's `torch.finfo` fields as attributes (`bits eps max min tiny smallest_normal
+        smallest_subnormal resolution`). Raises DTypeError for a dtype that is not a float."""
+        from plygrad.ir.dtype_info import float_info  # dtype_info builds on this module
+
+        return float_info(to_dtype(dt))
+
+    @staticmethod
+    def resolve(dt: DTypeLike) -> DType:
+        """`to_dtype`: a DType as is, a name (`"float32"`, `"half"`, `"fp8e4m3"`) as the dtype it names."""
+        return to_dtype(dt)
 
     void: Final = DType._make("void", DTypeKind.VOID, 0)
     bool: Final = DType._make("bool", DTypeKind.BOOL, 1)
@@ -193,6 +244,11 @@ class dtypes:  # noqa: N801 - the lower-case namespace is the tinygrad/PyTorch s
     float32: Final = DType._make("float32", DTypeKind.FLOAT, 4)
     float64: Final = DType._make("float64", DTypeKind.FLOAT, 8)
     index: Final = DType._make("index", DTypeKind.INDEX, 8)
+    # the 8-bit floats (dtype_fp8.py): OCP E4M3FN and E5M2, and the finite, unsigned-zero fnuz variants
+    fp8e4m3: Final = DType._make("fp8e4m3", DTypeKind.FLOAT, 1)
+    fp8e5m2: Final = DType._make("fp8e5m2", DTypeKind.FLOAT, 1)
+    fp8e4m3fnuz: Final = DType._make("fp8e4m3fnuz", DTypeKind.FLOAT, 1)
+    fp8e5m2fnuz: Final = DType._make("fp8e5m2fnuz", DTypeKind.FLOAT, 1)
 
     # PyTorch-style aliases
     half: Final = float16
@@ -203,18 +259,35 @@ class dtypes:  # noqa: N801 - the lower-case namespace is the tinygrad/PyTorch s
     short: Final = int16
     int: Final = int32
     long: Final = int64
+    ushort: Final = uint16
+    uint: Final = uint32
+    ulong: Final = uint64
+
+    # groups, as tinygrad names them
+    fp8_ocp: Final = (fp8e4m3, fp8e5m2)
+    fp8_fnuz: Final = (fp8e4m3fnuz, fp8e5m2fnuz)
+    fp8s: Final = (*fp8_ocp, *fp8_fnuz)
+    floats: Final = (*fp8s, float16, bfloat16, float32, float64)
+    int8s: Final = (uint8, int8)
+    int16s: Final = (uint16, int16)
+    int32s: Final = (uint32, int32)
+    int64s: Final = (uint64, int64)
+    uints: Final = (uint8, uint16, uint32, uint64)
+    sints: Final = (int8, int16, int32, int64)
+    ints: Final = (*uints, *sints)
 
     default_float: ClassVar[DType] = float32
     default_int: ClassVar[DType] = int32
 
     @staticmethod
     def all() -> tuple[DType, ...]:
-        """Every value dtype (not void, not index), in promotion order."""
+        """Every value dtype (not void, not index): the older ones in promotion order, then the fp8s."""
         return _ALL_VALUE_DTYPES
 
     @staticmethod
     def from_name(name: str) -> DType:
-        """The scalar dtype called `name` (also accepts the PyTorch aliases); raises KeyError with the choices."""
+        """The scalar dtype called `name` exactly (also the aliases, void and index); raises KeyError with the
+        choices. User-facing APIs take names through `to_dtype`, which also ignores case."""
         found = _BY_NAME.get(name)
         if found is None:
             raise KeyError(f"unknown dtype name {name!r}; known: {sorted(_BY_NAME)}")
@@ -240,13 +313,40 @@ class dtypes:  # noqa: N801 - the lower-case namespace is the tinygrad/PyTorch s
         raise TypeError(f"{type(value).__name__} is not a scalar type (bool, int or float)")
 
 
+# the fp8 dtypes come last (they were added in opset 1.2), so the positions of the older dtypes do not move
 _ALL_VALUE_DTYPES: Final = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
                             dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float16, dtypes.bfloat16,
-                            dtypes.float32, dtypes.float64)
-_BY_NAME: Final[dict[str, DType]] = {dt.name: dt for dt in (*_ALL_VALUE_DTYPES, dtypes.void, dtypes.index)} | {
+                            dtypes.float32, dtypes.float64, *dtypes.fp8s)
+_ALIASES: Final[dict[str, DType]] = {
     "half": dtypes.float16, "float": dtypes.float32, "double": dtypes.float64, "char": dtypes.int8,
     "uchar": dtypes.uint8, "short": dtypes.int16, "int": dtypes.int32, "long": dtypes.int64,
+    "ushort": dtypes.uint16, "uint": dtypes.uint32, "ulong": dtypes.uint64,
 }
+_BY_NAME: Final[dict[str, DType]] = {dt.name: dt for dt in (*_ALL_VALUE_DTYPES, dtypes.void, dtypes.index)} | _ALIASES
+# what to_dtype accepts (lower case): value dtypes by name and alias, and the fp8s by their ml_dtypes/PyTorch names
+_USER_NAMES: Final[dict[str, DType]] = {dt.name: dt for dt in _ALL_VALUE_DTYPES} | _ALIASES | {
+    fmt.numpy_name: dtypes.from_name(fmt.name) for fmt in FP8_FORMATS.values()}
+
+
+DTypeLike = DType | str  # what every API taking a dtype accepts: the dtype or its name
+
+
+def to_dtype(dt: DTypeLike) -> DType:
+    """The dtype `dt` names: a DType as is; a string by a dtype's name or alias, in any case (`"float32"`, `"half"`,
+    `"Float"`, `"uint"`, `"fp8e4m3"`, `"float8_e4m3fn"`), as tinygrad's `to_dtype` reads it. An unknown name
+    raises `DTypeNameError` (a DTypeError and a ValueError) listing every name it knows; void and index are IR
+    dtypes, not values, and are not taken by name here."""
+    if isinstance(dt, DType):
+        return dt
+    if isinstance(dt, str):
+        found = _USER_NAMES.get(dt.lower())
+        if found is None:
+            raise DTypeNameError(f"unknown dtype name {dt!r}; the dtype names are {', '.join(sorted(_USER_NAMES))}")
+        return found
+    raise DTypeNameError(f"expected a dtype (a plygrad DType such as dtypes.float32, or its name such as "
+                         f"'float32'), got {type(dt).__name__} {dt!r}")
+
+
 
 
 def dtype_sort_key(dt: DType) -> tuple[int, int, str, int]:
@@ -264,11 +364,14 @@ _PROMO_UP: Final[dict[DType, tuple[DType, ...]]] = {
     dtypes.int8: (dtypes.int16,),
     dtypes.int16: (dtypes.int32,),
     dtypes.int32: (dtypes.int64,),
-    dtypes.int64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.int64: (*dtypes.fp8s, dtypes.float16, dtypes.bfloat16),
     dtypes.uint8: (dtypes.int16, dtypes.uint16),
     dtypes.uint16: (dtypes.int32, dtypes.uint32),
     dtypes.uint32: (dtypes.int64, dtypes.uint64),
-    dtypes.uint64: (dtypes.float16, dtypes.bfloat16),
+    dtypes.uint64: (*dtypes.fp8s, dtypes.float16, dtypes.bfloat16),
+    # tinygrad's lattice: every integer reaches each fp8 (int + fp8 stays fp8, as int + half stays half), and
+    # each fp8 reaches both 16-bit floats (PyTorch refuses to promote fp8 at all)
+    **{fp8: (dtypes.float16, dtypes.bfloat16) for fp8 in dtypes.fp8s},
     dtypes.float16: (dtypes.float32,),
     dtypes.bfloat16: (dtypes.float32,),
     dtypes.float32: (dtypes.float64,),
@@ -294,7 +397,8 @@ def least_upper_dtype(*dts: DType) -> DType:
     """The dtype that holds every argument without changing category (PyTorch `promote_types`).
 
     Where the lattice has no single least bound, the result follows NumPy: a 64-bit signed and unsigned integer
-    meet in float64 (PyTorch refuses that pair), float16 and bfloat16 meet in float32.
+    meet in float64 (PyTorch refuses that pair), float16 and bfloat16 meet in float32. Two different fp8s meet in
+    float16, as in tinygrad (both 16-bit floats bound them; tinygrad picks the lower priority).
     """
     if not dts:
         raise ValueError("least_upper_dtype() needs at least one dtype")
@@ -305,7 +409,10 @@ def least_upper_dtype(*dts: DType) -> DType:
     least = [c for c in common if all(o in _UPPER[c] for o in common)]
     if len(least) == 1:
         return least[0]
-    # the only pair without a least bound: a signed integer and uint64 (both reach float16 and bfloat16)
+    minimal = {c for c in common if not any(o is not c and c in _UPPER[o] for o in common)}
+    if minimal == {dtypes.float16, dtypes.bfloat16}:  # two different fp8s
+        return dtypes.float16
+    # otherwise: a signed integer and uint64 (both reach every fp8 and 16-bit float)
     return dtypes.float64
 
 

@@ -15,6 +15,12 @@ class DTypeError(IRError, TypeError):
     """An op was given dtypes it does not accept."""
 
 
+class DTypeNameError(DTypeError, ValueError):
+    """A dtype was named by a string no dtype has (or given as something that is not a dtype); the message lists
+    the names. Both a DTypeError and a ValueError, so code catching either (PyTorch raises TypeError, tinygrad
+    AttributeError, NumPy TypeError) sees it."""
+
+
 class IRVerifyError(IRError):
     """A graph breaks a rule of its IR stage; the message names the node and the rule."""
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from plygrad.ir.dtype import ConstType, DType, DTypeKind, dtypes
+from plygrad.ir.dtype_fp8 import FP8_FORMATS, Fp8Format, decode_fp8, encode_fp8, round_fp8
 from plygrad.ir.ops import Ops
 
 _MASK32: Final = 0xFFFFFFFF
@@ -97,6 +99,10 @@ def _round_bfloat16(x: float) -> float:
     return float(struct.unpack("<f", struct.pack("<I", bits & _MASK32))[0])
 
 
+def _round_fp8(fmt: Fp8Format, x: float) -> float:
+    return round_fp8(x, fmt)
+
+
 def _int_to_float(x: int) -> float:
     """`x` as a float64 from which rounding to any narrower float gives the correctly rounded value of `x`.
 
@@ -120,7 +126,10 @@ def _int_to_float(x: int) -> float:
 _FLOAT_ROUNDERS: Final[dict[DType, Callable[[float], float]]] = {
     dtypes.float64: float, dtypes.float32: _round_float32, dtypes.float16: _round_float16,
     dtypes.bfloat16: _round_bfloat16,
+    # fp8: rounded once from float64, as ml_dtypes converts (dtype_fp8.py)
+    **{dtypes.from_name(name): partial(_round_fp8, fmt) for name, fmt in FP8_FORMATS.items()},
 }
+_FP8_OF: Final[dict[DType, Fp8Format]] = {dtypes.from_name(name): fmt for name, fmt in FP8_FORMATS.items()}
 
 
 def _wrap_int(dt: DType, x: int) -> int:
@@ -176,6 +185,9 @@ _STRUCT_FORMATS: Final[dict[DType, str]] = {
 def to_bytes(value: ConstType, dt: DType) -> bytes:
     """The little-endian memory bytes of one scalar of dtype `dt`."""
     value = truncate(dt, value)
+    fp8 = _FP8_OF.get(dt)
+    if fp8 is not None:
+        return bytes([encode_fp8(float(value), fp8)])
     if dt.name in _NARROW_FORMATS:
         return _narrow_bits(float(value), dt.name).to_bytes(dt.itemsize, "little")
     return struct.pack("<" + _STRUCT_FORMATS[dt], value)
@@ -183,6 +195,11 @@ def to_bytes(value: ConstType, dt: DType) -> bytes:
 
 def from_bytes(data: bytes, dt: DType) -> ConstType:
     """Inverse of `to_bytes` (NaN payloads included)."""
+    fp8 = _FP8_OF.get(dt)
+    if fp8 is not None:
+        if len(data) != 1:
+            raise ValueError(f"{dt!r} takes 1 byte, got {len(data)}")
+        return decode_fp8(data[0], fp8)
     if dt.name in _NARROW_FORMATS:
         if len(data) != dt.itemsize:
             raise ValueError(f"{dt!r} takes {dt.itemsize} bytes, got {len(data)}")

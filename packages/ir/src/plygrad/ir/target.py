@@ -168,7 +168,8 @@ class Target:
         threadgroup memory (what every Apple GPU has), scalar code (no vector widths yet), no tensor cores yet, and
         every dtype but float64, which Metal does not have: a float64 kernel fails in codegen naming the dtype and
         the target. bfloat16 works on every family (the metal renderer keeps it as 16-bit patterns, computed in
-        float). Built here so plygrad-metal, which depends on plygrad-runtime only, can make it
+        float). The fp8 dtypes are not listed either (their software conversions take a double, which Metal
+        lacks). Built here so plygrad-metal, which depends on plygrad-runtime only, can make it
         (docs/codegen.md §5.3)."""
         if not (isinstance(arch, str) and (arch == "mac2" or (arch.startswith("apple") and arch[5:].isdigit()))):
             raise ValueError(f"Target.metal: arch must be a Metal GPU family like 'apple7', 'apple9' or 'mac2', "
@@ -176,7 +177,8 @@ class Target:
         return Target(device, "metal", arch=arch, has_local=True, has_shared=True,
                       global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 1024), max_threads_per_group=1024,
                       shared_max=32 * 1024, vector_widths=(),
-                      supported_dtypes=tuple(dt for dt in dtypes.all() if dt is not dtypes.float64), threads=1)
+                      supported_dtypes=tuple(dt for dt in dtypes.all()
+                                             if dt is not dtypes.float64 and dt not in dtypes.fp8s), threads=1)
 
     @staticmethod
     def hip(arch: str = "gfx1100", device: str = "AMD") -> Target:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+from functools import partial
 from math import isnan
 from typing import Final
 
@@ -173,6 +174,7 @@ _FLOAT_FITS: Final[dict[DType, Callable[[float], bool]]] = {
     dtypes.float64: lambda x: True, dtypes.float32: _float_fits(struct.Struct("<f"), dtypes.float32),
     dtypes.float16: _float_fits(struct.Struct("<e"), dtypes.float16),
     dtypes.bfloat16: lambda x: _truncates_to_itself(dtypes.bfloat16, x),
+    **{fp8: partial(_truncates_to_itself, fp8) for fp8 in dtypes.fp8s},
 }
 _INT_RANGE: Final[dict[DType, tuple[int, int]]] = {
     dt: (int(dt.min), int(dt.max)) for dt in dtypes.all() if dt.is_int

@@ -10,7 +10,8 @@ from typing import Final
 
 FORMAT_VERSION: Final[tuple[int, int]] = (1, 0)
 # 1.1: AxisType.BLOCK, OptOps.BLOCK and Target.cache_sizes (docs/ir.md §6)
-OPSET_VERSION: Final[tuple[int, int]] = (1, 1)
+# 1.2: the fp8 dtypes fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz (docs/ir.md, dtypes)
+OPSET_VERSION: Final[tuple[int, int]] = (1, 2)
 
 
 def readable(found: tuple[int, int], reader: tuple[int, int]) -> bool:

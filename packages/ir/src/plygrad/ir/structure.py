@@ -1,0 +1,60 @@
+"""Tensor graphs keyed by structure: what a schedule cache looks a graph up by.
+
+Two realizes of `x + 1` over different buffers, or of a slice at a different bound offset, need the same kernels:
+the kernels depend on the graph's ops, shapes, dtypes and devices, not on which runtime buffer is read or which
+value a variable is bound to. `structural_key` makes that key once for every layer that needs it (the frontend's
+schedule cache, the one schedule cache):
+
+- every BUFFER gets its rank in the order the graph first reaches it (toposort) as its id; device, dtype and size
+  stay, since they change the kernels;
+- every BIND is bound to its variable's minimum (kernels take the variable; only the CALL carries the value), and
+  a `rename` callback may also replace the variable (the frontend numbers its random-draw variables by rank, so
+  draws at any seed and offset are one structure).
+
+`StructuralKey.back` maps each BUFFER and BIND of the key to the graph's own, so a schedule made for the key gets
+the real ones substituted back (a rewrite of CALL sources, never of kernels); `buffer_ids[r]` is the real id of
+rank `r`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from plygrad.ir.ops import Ops
+from plygrad.ir.records import BufferRef
+from plygrad.ir.uop import UOp
+
+
+@dataclass(frozen=True)
+class StructuralKey:
+    """A graph's structural key, and what maps the key back to the graph (see the module docstring)."""
+
+    key: UOp
+    back: dict[UOp, UOp]
+    buffer_ids: tuple[int, ...]
+
+    def bound_values(self) -> dict[str, int]:
+        """The graph's value of each variable of the key, by the key's variable name."""
+        return {k.src[0].arg[0]: int(v.src[1].arg) for k, v in self.back.items() if k.op is Ops.BIND}
+
+    def variable_names(self) -> dict[str, str]:
+        """The graph's name of each variable of the key (they differ only where `rename` renamed one)."""
+        return {k.src[0].arg[0]: str(v.src[0].arg[0]) for k, v in self.back.items() if k.op is Ops.BIND}
+
+
+def structural_key(sink: UOp, rename: Callable[[UOp], UOp] | None = None) -> StructuralKey:
+    """The structural key of `sink`: BUFFER ids by rank of first reach, BINDs at their variable's minimum, each
+    bound DEFINE_VAR passed through `rename` (called once per BIND, in toposort order) when given."""
+    to_key: dict[UOp, UOp] = {}
+    ids: list[int] = []
+    for node in sink.toposort:
+        if node.op is Ops.BUFFER:
+            ref: BufferRef = node.arg
+            to_key[node] = UOp(Ops.BUFFER, node.dtype, (), BufferRef(len(ids), ref.device, ref.size))
+            ids.append(ref.id)
+        elif node.op is Ops.BIND:
+            var = node.src[0] if rename is None else rename(node.src[0])
+            to_key[node] = var.bind(var.arg[1])
+    key = sink.substitute(to_key) if to_key else sink
+    return StructuralKey(key, {k: v for v, k in to_key.items()}, tuple(ids))
