@@ -24,7 +24,6 @@ reads through an END closing those loops.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -37,7 +36,6 @@ from plygrad.ir import (
     AddrSpace,
     AxisType,
     DType,
-    DTypeKind,
     Ops,
     PatternMatcher,
     Target,
@@ -45,6 +43,7 @@ from plygrad.ir import (
     UPat,
     dtypes,
     graph_rewrite,
+    reduce_identity,
 )
 
 
@@ -84,17 +83,12 @@ def expand_sink(ctx: Target, sink: UOp) -> UOp | None:
 expand_upcast: Final = PatternMatcher([(UPat(Ops.SINK, name="sink"), expand_sink)], name="expand_upcast")
 
 
-def reduce_identity(op: Ops, dtype: DType) -> UOp:
-    """The value a reduction starts from: 0 for ADD, 1 for MUL, the smallest value for MAX."""
-    if op is Ops.ADD:
-        return UOp.const(dtype, False if dtype is dtypes.bool else 0)
-    if op is Ops.MUL:
-        return UOp.const(dtype, True if dtype is dtypes.bool else 1)
-    if op is Ops.MAX:
-        if dtype.kind is DTypeKind.FLOAT:
-            return UOp.const(dtype, -math.inf)
-        return UOp.const(dtype, dtype.min)
-    raise CodegenError(f"REDUCE with op {op!r} has no identity; a kernel REDUCE is ADD, MUL or MAX")
+def reduce_start(op: Ops, dtype: DType) -> UOp:
+    """The value a reduction's accumulator starts from (plygrad.ir.reduce_identity), as a CONST."""
+    try:
+        return UOp.const(dtype, reduce_identity(op, dtype))
+    except ValueError as exc:
+        raise CodegenError(f"kernel REDUCE: {exc}") from exc
 
 
 @dataclass
@@ -144,7 +138,7 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
                 if k > 0:
                     mapping.update({reg: UOp(Ops.DEFINE_REG, reg.dtype, (), ctx.take()) for reg in regs})
                 values.append(value.substitute(mapping))
-    identity = reduce_identity(op, red.dtype.scalar())
+    identity = reduce_start(op, red.dtype.scalar())
     if red.dtype.count > 1:  # a vector accumulator (vectorize.py): every lane starts from the identity
         identity = UOp(Ops.VECTORIZE, red.dtype, (identity,) * red.dtype.count)
     if start is not None:
@@ -175,7 +169,7 @@ def _max_in_lanes(ctx: RegSlots, red: UOp, unrolled: list[UOp], loops: tuple[UOp
             return None
         vectors.append(vector)
     lanes = UOp(Ops.REDUCE, red.dtype.vec(width), (vectors[0], *loops), Ops.MAX)
-    start = UOp(Ops.VECTORIZE, lanes.dtype, (reduce_identity(Ops.MAX, red.dtype),) * width)
+    start = UOp(Ops.VECTORIZE, lanes.dtype, (reduce_start(Ops.MAX, red.dtype),) * width)
     total = _accumulate_values(ctx, lanes, start, vectors, loops)
     result = UOp(Ops.GEP, red.dtype, (total,), (0,))
     for j in range(1, width):

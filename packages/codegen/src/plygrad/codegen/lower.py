@@ -32,7 +32,7 @@ from plygrad.codegen.gather import gathers_to_loads
 from plygrad.codegen.gpu import LaunchContext, gpu_dims, group_reduce, shared_output_ranges
 from plygrad.codegen.heuristic import choose_opts
 from plygrad.codegen.linearize import linearize
-from plygrad.codegen.opts import apply_opts, kernel_name
+from plygrad.codegen.opts import apply_opts
 from plygrad.codegen.renderer import KernelSource, get_renderer
 from plygrad.codegen.scope import range_size
 from plygrad.codegen.tensor_core import fuse_accumulators
@@ -51,6 +51,7 @@ from plygrad.ir import (
     deserialize,
     dtypes,
     graph_rewrite,
+    kernel_name,
     serialize,
     verify,
 )

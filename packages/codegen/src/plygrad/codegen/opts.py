@@ -30,7 +30,19 @@ from plygrad.codegen.block import check_block
 from plygrad.codegen.errors import OptError
 from plygrad.codegen.expand import unshare_reduce_ranges
 from plygrad.codegen.tensor_core import apply_tensor_core
-from plygrad.ir import AxisType, KernelInfo, Ops, Opt, OptOps, PatternMatcher, Target, UOp, UPat, graph_rewrite
+from plygrad.ir import (
+    AxisType,
+    KernelInfo,
+    Ops,
+    Opt,
+    OptOps,
+    PatternMatcher,
+    Target,
+    UOp,
+    UPat,
+    graph_rewrite,
+    kernel_name,
+)
 
 _OUTPUT_AXES: Final = frozenset({AxisType.LOOP, AxisType.GLOBAL, AxisType.THREAD})
 
@@ -65,10 +77,6 @@ def kernel_ranges(kernel: UOp) -> dict[int, UOp]:
                                "every RANGE of a kernel needs its own axis id")
             found[axis] = node
     return found
-
-
-def kernel_name(kernel: UOp) -> str:
-    return kernel.arg.name if isinstance(kernel.arg, KernelInfo) and kernel.arg.name else "<unnamed>"
 
 
 @dataclass

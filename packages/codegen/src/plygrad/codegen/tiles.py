@@ -41,9 +41,9 @@ from typing import Final
 
 from plygrad.codegen.block import check_block
 from plygrad.codegen.errors import OptError
-from plygrad.codegen.opts import apply_opts, kernel_name, kernel_ranges
+from plygrad.codegen.opts import apply_opts, kernel_ranges
 from plygrad.codegen.vectorize import lane_stride
-from plygrad.ir import AxisType, Ops, Opt, OptOps, PtrDType, Target, UOp
+from plygrad.ir import AxisType, Ops, Opt, OptOps, PtrDType, Target, UOp, kernel_name
 
 MAX_ROWS: Final = 16  # rows of a register tile: each a broadcast load per reduce step
 MAX_VECTORS: Final = 4  # vectors side by side in a tile: each a vector load per reduce step

@@ -24,6 +24,7 @@ from plygrad.codegen.renderer.c_types import (
     HELPER_OF,
     HELPERS,
     PREAMBLE,
+    ROUNDS_FROM_DOUBLE,
     c_local,
     c_storage,
     literal,
@@ -31,6 +32,7 @@ from plygrad.codegen.renderer.c_types import (
     vector_type,
     vector_typedefs,
 )
+from plygrad.codegen.renderer.fp8 import FP8_DTYPES, from_storage_fn, to_storage_fn
 from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, UOp, dtypes
 
 _MATH: Final[dict[Ops, str]] = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin",
@@ -265,6 +267,8 @@ class CFunction:
             return f"plygrad_half_to_float({expr})"
         if dtype is dtypes.bfloat16:
             return f"plygrad_bf16_to_float({expr})"
+        if dtype in FP8_DTYPES:
+            return f"{from_storage_fn(dtype)}({expr})"
         return expr
 
     def to_storage(self, dtype: DType, expr: str) -> str:
@@ -273,6 +277,8 @@ class CFunction:
             return f"plygrad_to_half({expr})"
         if dtype is dtypes.bfloat16:
             return f"plygrad_float_to_bf16({expr})"
+        if dtype in FP8_DTYPES:
+            return f"{to_storage_fn(dtype)}({expr})"
         return expr
 
     def rounded(self, dtype: DType, expr: str) -> str:
@@ -311,7 +317,7 @@ class CFunction:
         if dtype is dtypes.bool:
             return f"({src} != 0)"
         if dtype.kind is DTypeKind.FLOAT:
-            if dtype is dtypes.float16:  # rounded once from the source type (float64, int64), not via float
+            if dtype in ROUNDS_FROM_DOUBLE:  # rounded once from the source type (float64, int64), not via float
                 return self.rounded(dtype, src)
             return self.rounded(dtype, f"({self.ctype(dtype)})({src})")
         if x.dtype.kind is DTypeKind.FLOAT:  # truncate toward zero, then wrap to the width; NaN/inf give 0
@@ -444,7 +450,7 @@ def _mulacc(r: CFunction, node: UOp, a: list[str]) -> str:
     if dtype is dtypes.float64:
         return r.mad(a[0], a[1], a[2])
     exact = r.mad(f"(double){a[0]}", f"(double){a[1]}", f"(double){a[2]}")  # a float product is exact in double
-    if dtype is dtypes.float16:  # rounded once from double
+    if dtype in ROUNDS_FROM_DOUBLE:  # rounded once from double
         return r.rounded(dtype, exact)
     if dtype.kind is DTypeKind.FLOAT:
         return r.rounded(dtype, f"(float){exact}")

@@ -2,7 +2,8 @@
 
 Values of float16 and bfloat16 live in `float` locals and are rounded back to their dtype after every operation
 (`round_to`), so each op is correctly rounded as docs/ir.md asks; memory holds them as `plygrad_half` (float16, see
-the "f16" helper) and `uint16_t` (bfloat16 bits), converted on load and store.
+the "f16" helper) and `uint16_t` (bfloat16 bits), converted on load and store. The fp8 dtypes work the same way,
+as `uint8_t` bytes in memory, with the software conversions of fp8.py.
 """
 
 from __future__ import annotations
@@ -11,17 +12,23 @@ import math
 from typing import Final
 
 from plygrad.codegen.errors import CodegenError
+from plygrad.codegen.renderer.fp8 import C_SPELLING, FP8_DTYPES, fp8_helpers, round_fn
 from plygrad.ir import DType, DTypeKind, dtypes
 
 _LOCAL: Final[dict[DType, str]] = {
     dtypes.bool: "_Bool", dtypes.int8: "int8_t", dtypes.int16: "int16_t", dtypes.int32: "int32_t",
     dtypes.int64: "int64_t", dtypes.uint8: "uint8_t", dtypes.uint16: "uint16_t", dtypes.uint32: "uint32_t",
     dtypes.uint64: "uint64_t", dtypes.float16: "float", dtypes.bfloat16: "float", dtypes.float32: "float",
-    dtypes.float64: "double", dtypes.index: "long long",
+    dtypes.float64: "double", dtypes.index: "long long", **{dt: "float" for dt in dtypes.fp8s},
 }
-_STORAGE: Final[dict[DType, str]] = {**_LOCAL, dtypes.float16: "plygrad_half", dtypes.bfloat16: "uint16_t"}
+_STORAGE: Final[dict[DType, str]] = {**_LOCAL, dtypes.float16: "plygrad_half", dtypes.bfloat16: "uint16_t",
+                                     **{dt: "uint8_t" for dt in dtypes.fp8s}}
 # the helper (a key of HELPERS) a program needs as soon as it touches a value of the dtype in any way
-HELPER_OF: Final[dict[DType, str]] = {dtypes.float16: "f16", dtypes.bfloat16: "bf16"}
+HELPER_OF: Final[dict[DType, str]] = {dtypes.float16: "f16", dtypes.bfloat16: "bf16",
+                                      **{dt: dt.name for dt in dtypes.fp8s}}
+# the narrow floats rounded once from any source type, not via float: float16, whose conversion takes a double
+# (bfloat16 and the fp8s go through float32, as PyTorch and ml_dtypes convert them)
+ROUNDS_FROM_DOUBLE: Final = frozenset({dtypes.float16})
 
 PREAMBLE: Final = "#include <math.h>\n#include <stdint.h>\n"
 
@@ -81,6 +88,7 @@ static inline float plygrad_half_to_float(uint16_t h) {
 #endif
 #define plygrad_round_half(x) plygrad_half_to_float(plygrad_to_half(x))
 """,
+    **fp8_helpers(C_SPELLING),
     # float -> integer as docs/ir.md §5 defines it (C leaves NaN, inf and out-of-range values undefined): truncate
     # toward zero and wrap modulo 2^64 (fmod is exact), NaN and inf give 0; the caller narrows the bits to its width.
     # In-range values take the first, branch-predictable test.
@@ -143,6 +151,8 @@ def round_to(dtype: DType, expr: str) -> str:
         return f"plygrad_round_half({expr})"
     if dtype is dtypes.bfloat16:
         return f"plygrad_round_bf16({expr})"
+    if dtype in FP8_DTYPES:
+        return f"{round_fn(dtype)}({expr})"
     return expr
 
 

@@ -399,7 +399,8 @@ class CudaFunction(CFunction):
 
 
 def _local_bytes(dtype: DType) -> int:
-    return 4 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype.itemsize  # 16-bit floats are float locals
+    # 16-bit floats and fp8s are float locals
+    return 4 if dtype in (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s) else dtype.itemsize
 
 
 def _unsigned_of(itemsize: int) -> str:

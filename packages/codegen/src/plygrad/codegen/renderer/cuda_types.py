@@ -22,6 +22,7 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.cuda_mma import MMA_HELPERS
+from plygrad.codegen.renderer.fp8 import CUDA_SPELLING, fp8_helpers
 from plygrad.ir import DType, DTypeKind, dtypes
 
 _LOCAL: Final[dict[DType, str]] = {
@@ -29,8 +30,10 @@ _LOCAL: Final[dict[DType, str]] = {
     dtypes.int64: "long long", dtypes.uint8: "unsigned char", dtypes.uint16: "unsigned short",
     dtypes.uint32: "unsigned int", dtypes.uint64: "unsigned long long", dtypes.float16: "float",
     dtypes.bfloat16: "float", dtypes.float32: "float", dtypes.float64: "double", dtypes.index: "long long",
+    **{dt: "float" for dt in dtypes.fp8s},
 }
-_STORAGE: Final[dict[DType, str]] = {**_LOCAL, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short"}
+_STORAGE: Final[dict[DType, str]] = {**_LOCAL, dtypes.float16: "unsigned short", dtypes.bfloat16: "unsigned short",
+                                     **{dt: "unsigned char" for dt in dtypes.fp8s}}  # fp8: its byte (fp8.py)
 
 
 # vector structs are named by their lanes' short name and count: plygrad_float4, plygrad_half8, plygrad_uchar16
@@ -151,6 +154,7 @@ __device__ inline float plygrad_half_to_float(unsigned short h) {
 }
 __device__ inline float plygrad_round_half(double x) { return plygrad_half_to_float(plygrad_to_half(x)); }
 """,
+    **fp8_helpers(CUDA_SPELLING),  # software fp8 conversions (fp8.py): no cuda_fp8.h
     # float -> integer as docs/ir.md §5 defines it: truncate, wrap modulo 2^64, NaN and inf give 0
     "f2i": """__device__ inline unsigned long long plygrad_f2i(double x) {
   if (x > -9223372036854775808.0 && x < 9223372036854775808.0) return (unsigned long long)(long long)x;
