@@ -7,19 +7,26 @@ flattened into one table of distinct Buffers and a list of launches over table p
 
 Buffers the recorded runs allocated for themselves (a schedule's negative ids) are kept and reused by every replay,
 so a replay allocates nothing and its outputs land in the same Buffers each time. Variable values are the recorded
-ones unless `replay(vals=...)` gives a new value for a variable name.
+ones (the values the run launched with: `record(..., vals=)`) unless `replay(vals=...)` gives a new value for a
+variable name. A recorder that ran a plan under other variable names than its own (the frontend renumbers the
+random generator's variables per realize) says which with `record(..., names=)`, so `replay(vals=)` is keyed by its
+names.
+
+`prune(inputs)` drops the steps that cannot depend on a replay's inputs (tinygrad's `TinyJit(prune=True)`): a step
+is kept when it touches an input or a Buffer a kept step touched, or launches with a variable the caller changes per
+replay; the others computed the same values at the recording and are not run again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from plygrad.runtime import config
 from plygrad.runtime.buffer import Buffer
 from plygrad.runtime.errors import ScheduleError
 from plygrad.runtime.lowering import LoadedProgram
-from plygrad.runtime.plan import CopyStep, ExecPlan, copy_buffer, launch
+from plygrad.runtime.plan import CopyStep, ExecPlan, copy_buffer, launch, step_values
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,8 @@ class _Launch:
     device: str
     loaded: LoadedProgram
     positions: tuple[int, ...]  # into the capture's Buffer table, parameter order
-    vals: tuple[int, ...]
+    vals: tuple[int, ...]  # the recorded values, in the program's variable order
+    names: tuple[str, ...]  # the recorder's names of those variables (what `replay(vals=)` is keyed by)
 
 
 @dataclass(frozen=True)
@@ -51,18 +59,39 @@ class Capture:
             self.buffers.append(buf)
         return pos
 
-    def record(self, plan: ExecPlan, bufs: Sequence[Buffer]) -> None:
-        """Append the steps of one run of `plan` over `bufs` (one Buffer per slot, as `plan.bind` gave them)."""
+    def record(self, plan: ExecPlan, bufs: Sequence[Buffer], vals: Mapping[str, int] | None = None,
+               names: Mapping[str, str] | None = None) -> None:
+        """Append the steps of one run of `plan` over `bufs` (one Buffer per slot, as `plan.bind` gave them).
+        `vals` are the variable values the run was executed with (`plan.execute(bufs, vals)`); `names` renames
+        the plan's variables to the recorder's own names (default: the plan's)."""
         positions = [self._at(b) for b in bufs]
+        rename = names or {}
         for step in plan.steps:
             if isinstance(step, CopyStep):
                 self._steps.append(_Copy(positions[step.dst], positions[step.src]))
             else:
                 self._steps.append(_Launch(step.device, step.loaded, tuple(positions[i] for i in step.slots),
-                                           step.vals))
+                                           tuple(step_values(step, vals)),
+                                           tuple(rename.get(n, n) for n in step.loaded.var_names)))
 
     def __contains__(self, buf: Buffer) -> bool:
         return id(buf) in self._position
+
+    def prune(self, inputs: Iterable[Buffer], varying: Callable[[str], bool] = lambda name: False) -> int:
+        """Drop the steps a replay need not run again (module docstring); returns how many were dropped.
+
+        `inputs` are the Buffers a replay swaps; `varying(name)` says whether a variable gets new values per
+        replay (a launch taking one is kept: its results change even when its Buffers do not)."""
+        needed = {self._position[id(b)] for b in inputs if id(b) in self._position}
+        kept: list[_Launch | _Copy] = []
+        for step in self._steps:
+            touched = {step.dst, step.src} if isinstance(step, _Copy) else set(step.positions)
+            if touched & needed or (isinstance(step, _Launch) and any(varying(n) for n in step.names)):
+                kept.append(step)
+                needed |= touched
+        dropped = len(self._steps) - len(kept)
+        self._steps = kept
+        return dropped
 
     @property
     def kernel_count(self) -> int:
@@ -93,6 +122,6 @@ class Capture:
                 copy_buffer(table[step.dst], table[step.src])
                 continue
             step_vals: Sequence[int] = step.vals
-            if vals and step.loaded.var_names:
-                step_vals = [vals.get(n, v) for n, v in zip(step.loaded.var_names, step.vals, strict=True)]
+            if vals and step.names:
+                step_vals = [vals.get(n, v) for n, v in zip(step.names, step.vals, strict=True)]
             launch(step.device, step.loaded, [handles[i] for i in step.positions], step_vals, debug)

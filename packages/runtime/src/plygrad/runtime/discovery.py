@@ -23,17 +23,30 @@ _LISTENERS: list[Callable[[], None]] = []
 
 @dataclass(frozen=True)
 class Plugin:
-    """One entry point: `value` is its "module:attr" text (or a repr for in-process ones); `load` imports it."""
+    """One entry point: `value` is its "module:attr" text (or a repr for in-process ones); `load` imports it;
+    `origin` says where it comes from for error messages ("module:attr from distribution D 1.0"))."""
 
     group: str
     name: str
     value: str
     load: Callable[[], object]
+    origin: str = ""
 
 
 def _installed_entry_points(group: str) -> list[Plugin]:
     found = importlib.metadata.entry_points(group=group)
-    return [Plugin(group, ep.name, ep.value, ep.load) for ep in found]
+    return [Plugin(group, ep.name, ep.value, ep.load, _origin(ep)) for ep in found]
+
+
+def _origin(ep: importlib.metadata.EntryPoint) -> str:
+    dist = ep.dist
+    return f"{ep.value} from distribution {dist.name} {dist.version}" if dist is not None else ep.value
+
+
+def _in_process_origin(obj: object) -> str:
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    qualname = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+    return f"in-process {module}.{qualname}"
 
 
 def plugins(group: str) -> dict[str, Plugin]:
@@ -41,8 +54,17 @@ def plugins(group: str) -> dict[str, Plugin]:
     result = {p.name: p for p in _installed_entry_points(group)}
     for (g, name), obj in list(_OVERRIDES.items()):  # a copy: another thread's `installed` may change it meanwhile
         if g == group:
-            result[name] = Plugin(group, name, f"<in-process {obj!r}>", _constant(obj))
+            result[name] = Plugin(group, name, f"<in-process {obj!r}>", _constant(obj), _in_process_origin(obj))
     return result
+
+
+def describe(group: str, name: str, what: str) -> str:
+    """How errors name plugin `name` of `group`: `what 'name' (module:attr from distribution D 1.0)`, so a user
+    sees which installed package produced a bad result (just `what 'name'` when no such plugin is found)."""
+    plugin = plugins(group).get(name)
+    if plugin is None or not plugin.origin:
+        return f"{what} {name!r}"
+    return f"{what} {name!r} ({plugin.origin})"
 
 
 def load_callable(group: str, name: str, what: str, hint: str, error: type[Exception]) -> Callable[..., Any]:

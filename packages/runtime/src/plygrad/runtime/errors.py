@@ -47,6 +47,18 @@ class ScheduleError(RuntimeLayerError):
     buffers, or (IndexBoundsError) a kernel would access memory outside them."""
 
 
+class MalformedScheduleError(ScheduleError):
+    """A schedule a plugin produced failed a check before anything ran: its bytes do not decode, it fails
+    verification at the SCHEDULE stage (or one of its kernels at the KERNEL stage), or its buffers do not fit the
+    graph or the programs. `producer` names the plugin (entry point, module, distribution; None: unknown), `check`
+    says which check failed, and `__cause__` is the original error."""
+
+    def __init__(self, message: str, *, producer: str | None, check: str) -> None:
+        super().__init__(message)
+        self.producer = producer
+        self.check = check
+
+
 class IndexBoundsError(ScheduleError):
     """A kernel of a schedule would read or write outside a buffer it is given (bounds.py could not prove its
     index range inside the buffer), so the schedule was refused before anything was lowered or launched.

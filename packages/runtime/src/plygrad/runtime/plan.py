@@ -27,18 +27,20 @@ from dataclasses import dataclass
 from typing import Final
 
 from plygrad.ir.dtype import DType
+from plygrad.ir.errors import IRError
+from plygrad.ir.helpers import kernel_name
 from plygrad.ir.ops import Ops
-from plygrad.ir.records import BufferRef, KernelInfo
+from plygrad.ir.records import BufferRef
 from plygrad.ir.serialize import deserialize, serialize
 from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
 from plygrad.ir.verify import verify
-from plygrad.runtime import config, discovery
+from plygrad.runtime import config, discovery, plugin_output
 from plygrad.runtime.bounds import check_kernel_bounds
 from plygrad.runtime.buffer import Buffer, lookup_buffer
 from plygrad.runtime.counters import GlobalCounters, kernel_line, opts_line
 from plygrad.runtime.device import Device, canonical_device
-from plygrad.runtime.errors import ScheduleError
+from plygrad.runtime.errors import IndexBoundsError, ScheduleError
 from plygrad.runtime.lowering import LoadedProgram, prepare_kernels
 
 MAX_PLANS: Final = 2048
@@ -76,16 +78,17 @@ Step = KernelStep | CopyStep
 
 
 def _kernel_name(body: UOp, call_name: object) -> str:
-    if isinstance(body.arg, KernelInfo) and body.arg.name:
-        return body.arg.name
-    return call_name if isinstance(call_name, str) and call_name else "kernel"
+    """The kernel's own name (plygrad.ir.kernel_name), else its CALL's, else "kernel"."""
+    return kernel_name(body, call_name if isinstance(call_name, str) and call_name else "kernel")
 
 
 class ExecPlan:
     """A verified schedule with its programs loaded (see the module docstring). Build with `ExecPlan.build`."""
 
-    def __init__(self, slots: tuple[BufferSlot, ...], steps: tuple[Step, ...], outputs: tuple[int, ...]) -> None:
+    def __init__(self, slots: tuple[BufferSlot, ...], steps: tuple[Step, ...], outputs: tuple[int, ...],
+                 producer: str | None = None) -> None:
         self.slots = slots
+        self.producer = producer  # who made the schedule, named by the errors its buffers raise
         self.steps = steps
         self.outputs = outputs  # LINEAR.arg: the buffer id realizing each source of the tensor SINK
         self.slot_of = {slot.id: i for i, slot in enumerate(slots)}
@@ -123,7 +126,7 @@ class ExecPlan:
                                   for _, call, _, _, dev in kernels])
         for (index, call, bufs, used, dev), program in zip(kernels, loaded, strict=True):
             steps[index] = _kernel_step(call, bufs, used, dev, program)
-        return ExecPlan(tuple(slots), tuple(s for s in steps if s is not None), tuple(linear.arg))
+        return ExecPlan(tuple(slots), tuple(s for s in steps if s is not None), tuple(linear.arg), producer)
 
     # ---- running ----------------------------------------------------------------------------------------------
     def bind(self, buffers: Mapping[int, Buffer] | None = None) -> list[Buffer]:
@@ -136,20 +139,24 @@ class ExecPlan:
             if buf is None:
                 buf = Buffer(slot.device, slot.size, slot.dtype) if slot.id < 0 else lookup_buffer(slot.id)
             elif buf.device != slot.device or buf.size != slot.size or buf.dtype is not slot.dtype:
-                raise ScheduleError(f"schedule buffer {slot.id} is {slot.size} x {slot.dtype} on {slot.device}, but "
-                                    f"the Buffer given for it is {buf.size} x {buf.dtype} on {buf.device}")
+                detail = (f"schedule buffer {slot.id} is {slot.size} x {slot.dtype} on {slot.device}, but the Buffer "
+                          f"given for it is {buf.size} x {buf.dtype} on {buf.device}")
+                if self.producer is not None:
+                    raise plugin_output.malformed(self.producer, plugin_output.CHECK_BUFFERS, detail)
+                raise ScheduleError(detail)
             bound.append(buf)
         return bound
 
-    def execute(self, bufs: Sequence[Buffer]) -> None:
-        """Run every step over `bufs` (one Buffer per slot, as `bind` returns them)."""
+    def execute(self, bufs: Sequence[Buffer], vals: Mapping[str, int] | None = None) -> None:
+        """Run every step over `bufs` (one Buffer per slot, as `bind` returns them). `vals` gives variables other
+        values than the schedule's BINDs, by name (a caller that scheduled a graph once for many values)."""
         debug = config.DEBUG.get()
         start = time.perf_counter()
         for step in self.steps:
             if isinstance(step, CopyStep):
                 copy_buffer(bufs[step.dst], bufs[step.src])
             else:
-                launch(step.device, step.loaded, [bufs[i].handle for i in step.slots], step.vals, debug)
+                launch(step.device, step.loaded, [bufs[i].handle for i in step.slots], step_values(step, vals), debug)
         if debug >= 1:
             print(f"run_linear: {self.kernel_count} kernels, {len(self.steps) - self.kernel_count} copies in "
                   f"{(time.perf_counter() - start) * 1e3:.2f} ms")
@@ -167,6 +174,13 @@ class ExecPlan:
             return bufs[index]
         buffer_id = self.outputs[n]
         return given[buffer_id] if given and buffer_id in given else lookup_buffer(buffer_id)
+
+    def check_outputs(self, roots: Sequence[UOp]) -> None:
+        """With a known producer: the schedule names one buffer per tensor of the SINK `roots`, of its dtype and
+        size (MalformedScheduleError naming the producer otherwise)."""
+        if self.producer is not None:
+            outputs = [None if i < 0 else (self.slots[i].dtype, self.slots[i].size) for i in self.output_slots]
+            plugin_output.check_outputs(outputs, roots, self.producer)
 
     @property
     def kernel_count(self) -> int:
@@ -200,6 +214,13 @@ def _kernel_step(call: UOp, bufs: list[BufferSlot], used: tuple[int, ...], devic
     if missing:
         raise ScheduleError(f"program {info.name!r} needs variables {missing} that the CALL does not bind")
     return KernelStep(device, loaded, used, tuple(binds[v] for v in loaded.var_names))
+
+
+def step_values(step: KernelStep, vals: Mapping[str, int] | None) -> Sequence[int]:
+    """The variable values `step` launches with: `vals[name]` where given, else the schedule's BIND."""
+    if not vals or not step.loaded.var_names:
+        return step.vals
+    return tuple(vals.get(n, v) for n, v in zip(step.loaded.var_names, step.vals, strict=True))
 
 
 def launch(device: str, loaded: LoadedProgram, handles: list[object], vals: Sequence[int], debug: int) -> None:
@@ -238,26 +259,48 @@ def clear_plans() -> None:
 discovery.on_change(clear_plans)
 
 
-def read_schedule(schedule: bytes | UOp) -> UOp:
-    """The verified LINEAR of `schedule` (a UOp is round-tripped through bytes when PLYGRAD_FORCE_BYTES is on)."""
-    if isinstance(schedule, UOp):
-        if config.PLYGRAD_FORCE_BYTES.get():
-            return deserialize(serialize(schedule, Stage.SCHEDULE), Stage.SCHEDULE)
-        verify(schedule, Stage.SCHEDULE)
-        return schedule
-    return deserialize(schedule, Stage.SCHEDULE)
+def read_schedule(schedule: bytes | UOp, producer: str | None = None) -> UOp:
+    """The verified LINEAR of `schedule` (a UOp is round-tripped through bytes when PLYGRAD_FORCE_BYTES is on).
+    With `producer`, bytes that do not decode or verify raise MalformedScheduleError naming it (plugin_output.py)."""
+    if producer is not None:
+        plugin_output.check_bytes(schedule, producer)
+    try:
+        if isinstance(schedule, UOp):
+            if config.PLYGRAD_FORCE_BYTES.get():
+                return deserialize(serialize(schedule, Stage.SCHEDULE), Stage.SCHEDULE)
+            verify(schedule, Stage.SCHEDULE)
+            return schedule
+        return deserialize(schedule, Stage.SCHEDULE)
+    except IRError as exc:
+        check = plugin_output.check_of(exc)
+        if producer is None or check is None:
+            raise
+        raise plugin_output.malformed(producer, check, str(exc)) from exc
+
+
+def _build(schedule: bytes | UOp, producer: str | None) -> ExecPlan:
+    """Read, verify, bounds-check and lower `schedule`; its buffer mismatches name `producer` when it is known."""
+    linear = read_schedule(schedule, producer)
+    try:
+        return ExecPlan.build(linear, producer)
+    except IndexBoundsError:
+        raise
+    except ScheduleError as exc:
+        if producer is None:
+            raise
+        raise plugin_output.malformed(producer, plugin_output.CHECK_BUFFERS, str(exc)) from exc
 
 
 def load_plan(schedule: bytes | UOp, producer: str | None = None) -> ExecPlan:
     """The plan of a schedule (bytes or LINEAR UOp), built once per distinct schedule and lowering engine.
     `producer` says who made the schedule (e.g. "scheduler 'default'"), for the error a bad one raises."""
     if config.PLYGRAD_FORCE_BYTES.get():
-        return ExecPlan.build(read_schedule(schedule), producer)
+        return _build(schedule, producer)
     key = (config.PLYGRAD_CODEGEN.get(), schedule)
     with _PLANS_LOCK:
         plan = _PLANS.get(key)
     if plan is None:
-        built = ExecPlan.build(read_schedule(schedule), producer)  # unlocked: lowering may compile for seconds
+        built = _build(schedule, producer)  # unlocked: lowering may compile for seconds
         with _PLANS_LOCK:
             plan = _PLANS.setdefault(key, built)
             if len(_PLANS) > MAX_PLANS:
