@@ -1,12 +1,16 @@
-"""`default` and `unfused` agree (and match NumPy) on random graphs of elementwise ops, views and reduces."""
+"""`default` and `unfused` agree (and match NumPy) on random graphs of elementwise ops, views and reduces, and on
+the conformance suite's packaged generator (`random_graphs.py`: gathers, broadcasts, assigns too) without a
+runtime."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sched_helpers import buffer, check, const, expand_to, mov, reduce, sink
 
 from plygrad.ir import Ops, UOp
+from plygrad.scheduler import random_graphs
 
 SHAPE = (3, 4)
 
@@ -39,3 +43,8 @@ def random_graph(draw: st.DrawFn) -> UOp:
 @given(random_graph())
 def test_default_and_unfused_agree_with_numpy(g: UOp) -> None:
     check(g)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_default_and_unfused_agree_with_numpy_on_the_packaged_graphs(seed: int) -> None:
+    check(random_graphs.random_graph(seed).sink, seed)

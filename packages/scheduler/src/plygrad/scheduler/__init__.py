@@ -4,16 +4,7 @@
 ones make one kernel per op. docs/scheduler.md gives the fusion rules and how to write a scheduler plugin.
 """
 
-from plygrad.scheduler.api import (
-    DEFAULT_CACHE,
-    UNFUSED_CACHE,
-    schedule,
-    schedule_unfused,
-    schedule_unfused_uop,
-    schedule_uop,
-)
-from plygrad.scheduler.cache import ScheduleCache
+from plygrad.scheduler.api import schedule, schedule_unfused, schedule_unfused_uop, schedule_uop
 from plygrad.scheduler.errors import ScheduleError
 
-__all__ = ["DEFAULT_CACHE", "UNFUSED_CACHE", "ScheduleCache", "ScheduleError", "schedule", "schedule_unfused",
-           "schedule_unfused_uop", "schedule_uop"]
+__all__ = ["ScheduleError", "schedule", "schedule_unfused", "schedule_unfused_uop", "schedule_uop"]

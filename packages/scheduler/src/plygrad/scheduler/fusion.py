@@ -29,24 +29,24 @@ inline REDUCEs). The rules of the fusing scheduler:
 
 The `unfused` scheduler makes every node that computes something (not a BUFFER, CONST, variable or movement op)
 a root: one kernel per op.
+
+`FUSION_PASSES` lists the passes once, in the order they run over a shared `Fusion` context. The node-local
+decisions are rule tables (`REALIZE`, `FUSE_REDUCES`) whose rules record a decision in the context and rewrite
+nothing; the graph-wide analyses (the path walk of rule 4, cat detection, the budget's cuts) are the functions
+they call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
-from plygrad.ir import GroupOp, Ops, UOp
+from plygrad.ir import GroupOp, Ops, PatternMatcher, UOp, UPat, strip_reshapes
 from plygrad.scheduler.budget import KERNEL_NODE_BUDGET, split_oversized
 from plygrad.scheduler.concat import Concat, find_concat
 
 _LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
-
-
-def strip_reshapes(node: UOp) -> UOp:
-    while node.op is Ops.RESHAPE:
-        node = node.src[0]
-    return node
 
 
 def contiguous_buffer(node: UOp) -> UOp | None:
@@ -182,32 +182,108 @@ def _find_concats(order: Sequence[UOp], users: dict[UOp, list[UOp]], roots: set[
     return concats
 
 
+# ---- the passes: decision tables over the graph's nodes, in one order ---------------------------------------------
+@dataclass
+class Fusion:
+    """What the fusion passes share: the graph, the scheduler's mode, and the decisions made so far."""
+
+    sink: UOp
+    fuse: bool
+    budget: int
+    order: list[UOp]
+    named: dict[UOp, str | None]
+    users: dict[UOp, list[UOp]]
+    roots: set[UOp] = field(default_factory=set)
+    concats: dict[UOp, Concat] = field(default_factory=dict)
+    sizes: dict[UOp, int] = field(default_factory=dict)
+
+
+def _realize(node: UOp, ctx: Fusion) -> None:
+    ctx.roots.add(node)
+
+
+def _realize_copy(node: UOp, ctx: Fusion) -> None:
+    """A COPY is a root, and so is its source unless it already is a contiguous buffer or is computed from
+    constants alone (then it only names the device, and the COPY's own kernel computes it)."""
+    ctx.roots.add(node)
+    src = node.src[0]
+    if contiguous_buffer(src) is None and ctx.named[src] is not None:
+        ctx.roots.add(strip_reshapes(src))
+
+
+def _realize_when_unfused(node: UOp, ctx: Fusion) -> None:
+    if not ctx.fuse:
+        ctx.roots.add(node)
+
+
+def _reduce_decision(node: UOp, ctx: Fusion) -> None:
+    if node not in ctx.roots and not _reduce_fuses_up(node, ctx.users, ctx.roots):
+        ctx.roots.add(node)
+
+
+_COMPUTING: Final = tuple(op for op in Ops if op not in _LEAVES and op not in GroupOp.Movement and op is not Ops.SINK)
+
+# Decision tables: each rule records a decision in the Fusion context and rewrites nothing (returns None), so every
+# rule whose pattern matches a node has its say (a COPY is realized by rule 2 and, unfused, by its op too).
+REALIZE: Final = PatternMatcher([
+    (UPat((Ops.CONTIGUOUS, Ops.ASSIGN), name="node"), _realize, "rule 2: CONTIGUOUS and ASSIGN are realized"),
+    (UPat(Ops.COPY, name="node"), _realize_copy, "rule 2: a COPY and its computed source are realized"),
+    (UPat(_COMPUTING, name="node"), _realize_when_unfused, "unfused: one kernel per op that computes"),
+], name="realize")
+FUSE_REDUCES: Final = PatternMatcher([
+    (UPat(Ops.REDUCE, name="node"), _reduce_decision, "rule 4: a REDUCE fuses into its one consumer kernel"),
+], name="fuse_reduces")
+
+
+def _decide(table: PatternMatcher, nodes: Iterable[UOp], ctx: Fusion) -> None:
+    for node in nodes:
+        table.rewrite(node, ctx)
+
+
+def _outputs(ctx: Fusion) -> None:
+    """Rule 1: the SINK's tensors are realized, under their RESHAPEs, unless already a contiguous buffer."""
+    for out in ctx.sink.src:
+        if contiguous_buffer(out) is None:
+            ctx.roots.add(strip_reshapes(out))  # a RESHAPE of a row-major buffer is the same memory
+
+
+def _realize_pass(ctx: Fusion) -> None:
+    _decide(REALIZE, ctx.order, ctx)
+
+
+def _concat_pass(ctx: Fusion) -> None:
+    if ctx.fuse:
+        ctx.concats = _find_concats(ctx.order, ctx.users, ctx.roots)
+
+
+def _reduce_pass(ctx: Fusion) -> None:
+    if ctx.fuse:  # top-down, so a REDUCE's decision sees whether the REDUCEs above it became roots
+        _decide(FUSE_REDUCES, reversed(ctx.order), ctx)
+
+
+def _budget_pass(ctx: Fusion) -> None:
+    if ctx.fuse:
+        joins = frozenset().union(*(c.joins for c in ctx.concats.values()))
+        ctx.sizes = split_oversized(ctx.order, ctx.roots, ctx.users, joins, ctx.budget)
+
+
+# the fusion passes, in the one order they run (the unfused scheduler stops after `realize`)
+FUSION_PASSES: Final[list[tuple[str, Callable[[Fusion], None]]]] = [
+    ("outputs", _outputs),        # rule 1
+    ("realize", _realize_pass),   # rule 2, and the unfused scheduler's one kernel per op
+    ("concats", _concat_pass),    # rule 6
+    ("reduces", _reduce_pass),    # rule 4
+    ("budget", _budget_pass),     # rule 7
+]
+
+
 def plan_fusion(sink: UOp, fuse: bool, budget: int = KERNEL_NODE_BUDGET) -> FusionPlan:
     """The nodes that get a kernel (rules 1-4, 6 and 7 above; one per computing op when not `fuse`)."""
-    order = sink.toposort
-    named = named_devices(order)
-    roots: set[UOp] = set()
-    for out in sink.src:
-        if contiguous_buffer(out) is None:
-            roots.add(strip_reshapes(out))  # a RESHAPE of a row-major buffer is the same memory
-    for node in order:
-        if node.op in (Ops.CONTIGUOUS, Ops.ASSIGN, Ops.COPY):
-            roots.add(node)
-        if node.op is Ops.COPY and contiguous_buffer(node.src[0]) is None and named[node.src[0]] is not None:
-            roots.add(strip_reshapes(node.src[0]))  # a constant-only source is computed by the COPY's own kernel
-        if not fuse and node.op not in _LEAVES and node.op not in GroupOp.Movement and node.op is not Ops.SINK:
-            roots.add(node)
-    if not fuse:
-        return FusionPlan([n for n in order if n in roots])
-    users = users_of(order)
-    concats = _find_concats(order, users, roots)
-    # top-down, so a REDUCE's decision sees whether the REDUCEs above it became roots
-    for node in reversed(order):
-        if node.op is Ops.REDUCE and node not in roots and not _reduce_fuses_up(node, users, roots):
-            roots.add(node)
-    joins = frozenset().union(*(c.joins for c in concats.values()))
-    sizes = split_oversized(order, roots, users, joins, budget)
-    return FusionPlan([n for n in order if n in roots], concats, sizes)
+    order = list(sink.toposort)
+    ctx = Fusion(sink, fuse, budget, order, named_devices(order), users_of(order) if fuse else {})
+    for _, run in FUSION_PASSES:
+        run(ctx)
+    return FusionPlan([n for n in order if n in ctx.roots], ctx.concats, ctx.sizes)
 
 
 def find_roots(sink: UOp, fuse: bool) -> list[UOp]:

@@ -10,22 +10,13 @@ with an explicit stack, so a node read twice at the same place is built once and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections.abc import Sequence
 
-from plygrad.ir import AxisType, ConstType, DType, GroupOp, KernelInfo, Ops, UOp, dtypes
+from plygrad.ir import AxisType, GroupOp, KernelInfo, Ops, UOp, dtypes, reduce_identity
 from plygrad.scheduler.errors import ScheduleError
 from plygrad.scheduler.indexing import Gate, Indices, flat_index, index_const, move_index, simplify, view_address
 
 _Key = tuple[UOp, Indices, Gate]
-
-# what a REDUCE over no elements gives
-REDUCE_IDENTITY: Final[dict[Ops, Callable[[DType], ConstType]]] = {
-    Ops.ADD: lambda dt: 0,
-    Ops.MUL: lambda dt: 1,
-    Ops.MAX: lambda dt: dt.min,
-}
-
 
 class KernelBuilder:
     """Builds one kernel: its PARAMs (outputs first), its ranges (distinct axis ids) and its STOREs.
@@ -128,7 +119,7 @@ class KernelBuilder:
             return children[0]
         if op is Ops.REDUCE:
             if not children:
-                return UOp.const(node.dtype, REDUCE_IDENTITY[node.arg[0]](node.dtype))
+                return UOp.const(node.dtype, reduce_identity(node.arg[0], node.dtype))  # a reduce over nothing
             value = children[0]
             ranges = tuple(dict.fromkeys(r for r in self.deps[key][0][1] if r.op is Ops.RANGE and
                                          r.arg[1] is AxisType.REDUCE and r not in idxs))

@@ -14,11 +14,11 @@ import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from plygrad.ir import BufferRef, Ops, Stage, UOp, dtypes, graph_rewrite, verify
+from plygrad.ir import BufferRef, Ops, Stage, UOp, dtypes, graph_rewrite, strip_reshapes, verify, written_buffer
 from plygrad.scheduler.budget import KERNEL_NODE_BUDGET
 from plygrad.scheduler.concat import Concat
 from plygrad.scheduler.errors import ScheduleError
-from plygrad.scheduler.fusion import contiguous_buffer, named_devices, plan_fusion, strip_reshapes, users_of
+from plygrad.scheduler.fusion import contiguous_buffer, named_devices, plan_fusion, users_of
 from plygrad.scheduler.lowering import KernelBuilder, kernel_name
 from plygrad.scheduler.passes import TENSOR_PASSES
 from plygrad.scheduler.planning import share_buffers
@@ -119,13 +119,6 @@ def _region(root: UOp, roots: set[UOp]) -> tuple[set[UOp], set[UOp], bool]:
     return deps, raw, has_reduce
 
 
-def _assign_target(assign: UOp) -> UOp:
-    node = assign.src[0]
-    while node.op is not Ops.BUFFER:
-        node = node.src[0]
-    return node
-
-
 def _order_roots(roots: list[UOp], regions: dict[UOp, tuple[set[UOp], set[UOp], bool]]) -> list[UOp]:
     """Sources first; a root reading a buffer raw runs before an ASSIGN into that buffer it does not depend on."""
     position = {r: i for i, r in enumerate(roots)}
@@ -137,7 +130,7 @@ def _order_roots(roots: list[UOp], regions: dict[UOp, tuple[set[UOp], set[UOp], 
     for r in roots:  # transitive dependencies, in topological order
         closure[r] = set().union(*(closure[d] | {d} for d in after[r])) if after[r] else set()
     for a in assigns:
-        target = _assign_target(a)
+        target = written_buffer(a)
         for r in roots:
             if r is not a and target in regions[r][1] and a not in closure[r]:
                 after[a].add(r)
@@ -213,7 +206,7 @@ class _Scheduler:
         return found
 
     def emit_assign(self, assign: UOp) -> None:
-        target = _assign_target(assign)
+        target = written_buffer(assign)
         builder = self.kernel([assign], [target])
         if not _reads_in_place(builder.kernel(""), target_param=0) and assign.src[1] not in self.realized:
             # the value reads the target at other addresses than it writes: compute it into a temporary first
@@ -311,7 +304,7 @@ class _Scheduler:
     def output_id(self, out: UOp) -> int:
         base = strip_reshapes(out)
         if base.op is Ops.ASSIGN:
-            return int(_assign_target(base).arg.id)
+            return int(written_buffer(base).arg.id)
         buf = contiguous_buffer(out)
         return int((buf if buf is not None else self.realized[base]).arg.id)
 
