@@ -14,17 +14,28 @@ ones: no graph is built, nothing is scheduled, nothing is lowered, no Buffer is 
 
 What that means for the function:
 - Tensor arguments (positional or keyword, also inside lists, tuples and dicts) are realized first; on a replay they
-  must have the recorded shapes, dtypes and devices (ShapeError / DTypeError / ValueError naming the argument).
+  must have the recorded shapes, dtypes and devices (JitError, also a ShapeError / DTypeError / ValueError, naming
+  the argument). One Buffer passed as two arguments is refused (JitError): the recording could not tell them apart.
 - Returned Tensors are realized at the end of the recording call. A replay returns Tensors over the *recorded*
-  output Buffers: the next call overwrites them (as in tinygrad). Copy out (`.numpy()`) what must be kept.
+  output Buffers: the next call overwrites them (as in tinygrad). Copy out (`.numpy()`) what must be kept. Anything
+  else returned (a number, a string) would be frozen at the recording, so it is refused (JitError); None is fine.
 - Everything else is frozen at the recording call: non-Tensor arguments, Python side effects and control flow,
   Tensors the function makes from Python data, `Tensor.training` / `no_grad`. Call `reset()` to record again.
 - State that must change across calls (parameters, optimizer moments, step counters) must be updated in place
   with `assign` (and realized inside the function, e.g. by the optimizer's `step`): a Tensor *rebound* to a new
   value inside the function is not seen by the replay, which keeps reading the Buffer it recorded.
-- Random numbers: plygrad's counter-based generator bakes each draw's counter offset into the graph, so a replay
-  would draw the recorded numbers again. A function that draws random numbers (`rand`, `randn`, `dropout`, ...)
-  while being recorded raises JitError, unless `TinyJit(fn, frozen_random=True)` says repeating them is intended.
+- Random numbers (`rand`, `randn`, `dropout`, ...) are fresh on every replay: each draw's counter offset and seed
+  are kernel variables (random.py), and a replay reserves a new counter range, as the function run eagerly would,
+  and launches the recorded kernels with the new offsets and the current seed. In one thread a jitted function
+  therefore draws exactly the numbers the plain function would. `manual_seed` inside the function is refused
+  (JitError: a replay runs no Python); `TinyJit(fn, frozen_random=True)` replays the recorded numbers instead.
+- `TinyJit(fn, prune=True)` (tinygrad's meaning): after the recording, the kernels and copies that cannot depend on
+  the Tensor arguments are dropped from the replay (they ran once, at the recording, and their results stay in
+  their Buffers): a step is kept when it touches an argument's Buffer or a Buffer a kept step touched, or draws
+  random numbers. Only for work that really is the same every call (a weight cast or a constant table): an
+  in-place update that reads no argument (a step counter `t.assign(t + 1)`) is dropped too.
+- A function that runs no kernel while recorded is refused (JitError: there is nothing to replay), and so is a
+  TinyJit called while another one records in the same thread (its kernels would escape the outer recording).
 
 Threads (docs/threads.md): separate TinyJit objects may run in separate threads at once, beside eager work; each
 records only its own thread's kernels. One TinyJit object is one set of recorded Buffers, so it runs one call at a
@@ -55,6 +66,18 @@ class JitError(RuntimeError):
     """A function cannot be recorded or replayed faithfully by TinyJit (the message says why and what to do)."""
 
 
+class JitShapeError(JitError, ShapeError):
+    """A replay's Tensor argument has another shape than the recorded one."""
+
+
+class JitDTypeError(JitError, DTypeError):
+    """A replay's Tensor argument has another dtype than the recorded one."""
+
+
+class JitArgumentError(JitError, ValueError):
+    """A replay's Tensor arguments are not where (or on the device) they were recorded."""
+
+
 def _walk(value: Any, path: str) -> Iterator[tuple[str, Tensor]]:
     """Every Tensor inside `value` (lists, tuples and dicts are searched), with a path naming it for errors."""
     if isinstance(value, Tensor):
@@ -71,6 +94,32 @@ def _tensor_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[st
     found = [item for i, a in enumerate(args) for item in _walk(a, f"argument {i}")]
     found += [item for k, a in kwargs.items() for item in _walk(a, f"argument {k!r}")]
     return found
+
+
+def _frozen_values(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Every returned value that is neither a Tensor, None, nor a list/tuple/dict of those (it would be frozen)."""
+    if value is None or isinstance(value, Tensor):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _frozen_values(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _frozen_values(item, f"{path}[{key!r}]")
+    else:
+        yield path, value
+
+
+def _check_distinct(found: list[tuple[str, Tensor]]) -> None:
+    """Two arguments over one Buffer cannot be told apart by the recording (a replay would swap only one)."""
+    seen: dict[int, str] = {}
+    for path, t in found:
+        (buf,) = t.inputs
+        first = seen.setdefault(id(buf), path)
+        if first != path:
+            raise JitError(f"TinyJit: {first} and {path} are the same Buffer (the same Tensor, or views of one "
+                           "Tensor); a replay swaps each recorded input separately, so pass distinct Tensors "
+                           "(e.g. x and x.contiguous()), or pass it once")
 
 
 def _rebuild(value: Any, outputs: Iterator[Tensor]) -> Any:
@@ -111,30 +160,46 @@ class _Output:
 
 @dataclass
 class CapturedJit:
-    """What the recording call left: the launches, the recorded inputs, and the return value's template."""
+    """What the recording call left: the launches, the recorded inputs, the return value's template, and the
+    random draws the recording made (each replay draws them again at a fresh counter range)."""
 
     capture: Capture
     inputs: list[_Input]
     outputs: list[_Output]
     template: Any
+    draws: list[random.Draw]
+    pruned: int = 0  # steps dropped by prune=True
+
+    def redraw(self) -> dict[str, int]:
+        """The variable values that make this replay's draws fresh: a new counter range of the recorded span
+        (offsets keep their distances) and the current seed."""
+        if not self.draws:
+            return {}
+        first = min(d.offset for d in self.draws)
+        span = max(d.offset + d.n for d in self.draws) - first
+        base, seed = random.take(span)
+        key = random.signed_key(seed)
+        vals = {d.offset_var: d.offset - first + base for d in self.draws}
+        vals.update({d.key_var: key for d in self.draws})
+        return vals
 
     def check(self, found: list[tuple[str, Tensor]]) -> None:
         """The arguments of a replay must look like the recorded ones."""
         if [p for p, _ in found] != [i.path for i in self.inputs]:
-            raise ValueError(f"TinyJit: the Tensor arguments changed: recorded {[i.path for i in self.inputs]}, "
+            raise JitArgumentError(f"TinyJit: the Tensor arguments changed: recorded {[i.path for i in self.inputs]}, "
                              f"got {[p for p, _ in found]}; pass Tensors in the same places (or call reset())")
         for rec, (path, t) in zip(self.inputs, found, strict=True):
             if t.shape != rec.shape:
-                raise ShapeError(f"TinyJit: {path} has shape {t.shape}, but shape {rec.shape} was recorded; a "
+                raise JitShapeError(f"TinyJit: {path} has shape {t.shape}, but shape {rec.shape} was recorded; a "
                                  "jitted function replays fixed shapes (call reset() to record new ones)")
             if t.dtype is not rec.dtype:
-                raise DTypeError(f"TinyJit: {path} has dtype {t.dtype}, but dtype {rec.dtype} was recorded "
+                raise JitDTypeError(f"TinyJit: {path} has dtype {t.dtype}, but dtype {rec.dtype} was recorded "
                                  f"(shape {rec.shape}); cast it, or call reset() to record again")
             if t.device != rec.device:
-                raise ValueError(f"TinyJit: {path} is on {t.device}, but {rec.device} was recorded (shape "
+                raise JitArgumentError(f"TinyJit: {path} is on {t.device}, but {rec.device} was recorded (shape "
                                  f"{rec.shape}); move it with .to(), or call reset() to record again")
 
-    def replay(self, found: list[tuple[str, Tensor]]) -> Any:
+    def replay(self, found: list[tuple[str, Tensor]], vals: dict[str, int]) -> Any:
         swap: dict[Buffer, Buffer] = {}
         for rec, (_, t) in zip(self.inputs, found, strict=True):
             buf = _realized_buffer(t)
@@ -145,17 +210,21 @@ class CapturedJit:
                 copy_buffer(fresh, buf)
                 buf = fresh
             swap[rec.buffer] = buf
-        self.capture.replay(swap)
+        self.capture.replay(swap, vals)
         outs = (Tensor._make(buffer_view(swap.get(o.buffer, o.buffer), o.shape), o.device,
                              (swap.get(o.buffer, o.buffer),)) for o in self.outputs)
         return _rebuild(self.template, outs)
 
 
 class TinyJit(Generic[R]):
-    """Record a function's kernels on its second call and replay them on every later one (module docstring)."""
+    """Record a function's kernels on its second call and replay them on every later one (module docstring).
 
-    def __init__(self, fxn: Callable[..., R], frozen_random: bool = False) -> None:
+    `prune=True` drops from the replays the kernels that cannot depend on the Tensor arguments; `frozen_random=True`
+    replays the random numbers drawn at the recording instead of drawing fresh ones."""
+
+    def __init__(self, fxn: Callable[..., R], *, prune: bool = False, frozen_random: bool = False) -> None:
         self.fxn = fxn
+        self.prune = prune
         self.frozen_random = frozen_random
         self.cnt = 0  # calls so far: 0 runs plainly, 1 records, 2+ replay
         self.captured: CapturedJit | None = None
@@ -181,25 +250,34 @@ class TinyJit(Generic[R]):
             self._caller = None
             self._busy.release()
 
+    @property
+    def _name(self) -> str:
+        return str(getattr(self.fxn, "__qualname__", repr(self.fxn)))
+
     def _refusal(self) -> str:
-        name = getattr(self.fxn, "__qualname__", repr(self.fxn))
         caller, here = self._caller, threading.current_thread()
         if caller is here:
-            return (f"TinyJit {name}: called again from inside its own call (thread {here.name!r}); a jitted "
+            return (f"TinyJit {self._name}: called again from inside its own call (thread {here.name!r}); a jitted "
                     "function cannot call itself")
         inside = f"another thread ({caller.name!r})" if caller is not None else "another thread"
-        return (f"TinyJit {name}: called from thread {here.name!r} while {inside} is inside it; one TinyJit object "
-                "replays into one set of Buffers, so it runs one call at a time. Give each thread its own TinyJit "
-                "(e.g. TinyJit(fn) per thread), or call it from one thread at a time")
+        return (f"TinyJit {self._name}: called from thread {here.name!r} while {inside} is inside it; one TinyJit "
+                "object replays into one set of Buffers, so it runs one call at a time. Give each thread its own "
+                "TinyJit (e.g. TinyJit(fn) per thread), or call it from one thread at a time")
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        if scheduling.current_capture() is not None:
+            raise JitError(f"TinyJit {self._name}: called while another TinyJit records in this thread; the inner "
+                           "one's kernels would not be part of the outer recording. Call the inner function "
+                           "without TinyJit, or jit only the outer one")
         found = _tensor_args(args, kwargs)
         if found:
             Tensor.realize(*(t for _, t in found))
+        _check_distinct(found)
         if self.captured is not None:
             self.captured.check(found)
             self.cnt += 1
-            result: R = self.captured.replay(found)
+            vals = {} if self.frozen_random else self.captured.redraw()
+            result: R = self.captured.replay(found, vals)
             return result
         if self.cnt == 0:
             self.cnt = 1
@@ -214,16 +292,28 @@ class TinyJit(Generic[R]):
         return result
 
     def _record(self, found: list[tuple[str, Tensor]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        drawn_before = random.drawn_here()  # this thread's draws only: another thread may draw meanwhile
-        with scheduling.capturing() as capture:
+        epoch = random.seed_epoch()
+        with random.logging_draws() as draws, scheduling.capturing() as capture:
             result = self._run(args, kwargs)
-        if random.drawn_here() != drawn_before and not self.frozen_random:
-            raise JitError("TinyJit: the function drew random numbers (rand, randn, dropout, ...) while it was "
-                           "recorded; a replay would draw the same numbers every call. Draw them outside and pass "
-                           "them in as a Tensor argument, or use TinyJit(fn, frozen_random=True) if repeating them "
-                           "is intended")
+        if random.seed_epoch() != epoch:
+            raise JitError(f"TinyJit {self._name}: manual_seed was called while the function was recorded; a replay "
+                           "runs no Python code, so it would not reseed. Call manual_seed outside the jitted "
+                           "function (replays draw from the current seed)")
+        frozen = list(_frozen_values(result, "the return value"))
+        if frozen:
+            path, value = frozen[0]
+            raise JitError(f"TinyJit {self._name}: {path} is a {type(value).__name__} ({value!r:.40}), which a "
+                           "replay would return unchanged from the recording; return Tensors (or None) only, e.g. "
+                           "Tensor(value) or a Tensor the caller reads with .item()")
+        if len(capture) == 0:
+            raise JitError(f"TinyJit {self._name}: the function ran no kernel while it was recorded, so there is "
+                           "nothing to replay; jit a function that computes something (its Tensor arguments and "
+                           "results are realized for it)")
         inputs = [_Input(p, t.shape, t.dtype, t.device, _realized_buffer(t)) for p, t in found]
         outputs = [_Output(t.shape, t.device, _realized_buffer(t)) for _, t in _walk(result, "output")]
-        self.captured = CapturedJit(capture, inputs, outputs, result)
+        varying = {n for d in draws for n in (d.offset_var, d.key_var)} if not self.frozen_random else set()
+        pruned = capture.prune([i.buffer for i in inputs], varying.__contains__) if self.prune else 0
+        self.captured = CapturedJit(capture, inputs, outputs, result, [] if self.frozen_random else list(draws),
+                                    pruned)
         self.cnt = 2
         return result

@@ -8,14 +8,24 @@ The counter `0..n-1` is built in the graph without memory or a reduce: for n <= 
 shape (2,)*k, tensor j holding 0 or 2**(k-1-j) along axis j (a PAD of a one-element constant); reshaped to (2**k,)
 and cut to n. That is one fused elementwise kernel whatever reads it.
 
+The offset and the seed enter the graph as bound kernel variables, not constants: draw number k reads
+`BIND(DEFINE_VAR("rng_ofs<k>"), offset)` and `BIND(DEFINE_VAR("rng_key<k>"), seed)` (int64, cast to uint64). So the
+kernels of every draw of one size are one structure: they are scheduled and compiled once whatever the offset and
+seed (the realize path renumbers the `rng_` variables like it renumbers buffers, scheduling.normalize), and a
+replay of recorded kernels (TinyJit) draws fresh numbers by launching them with new values (`Draw`, `take`).
+
 Threads share one generator, as in PyTorch (`manual_seed` sets it for the process): each draw takes its counter
 range under a lock, so two threads drawing at once never get the same numbers. How many values the calling thread
-has drawn is kept per thread (`drawn_here`), so TinyJit can tell whether the function it records drew any.
+has drawn is kept per thread (`drawn_here`), and `logging_draws()` lists this thread's draws (with their variable
+names) for a TinyJit recording.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final
@@ -25,23 +35,75 @@ from plygrad.ir import DType, Ops, UOp, dtypes
 
 MANTISSA_BITS: Final = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24, dtypes.float64: 53}
 DEFAULT_SEED: Final = 0
+# the variables a draw reads: "rng_ofs<k>" (its first counter value) and "rng_key<k>" (the seed as a signed int64)
+VAR_PREFIX: Final = "rng_"
+OFFSET_PREFIX: Final = "rng_ofs"
+KEY_PREFIX: Final = "rng_key"
+_INT64_MIN: Final = -(2**63)
+_INT64_MAX: Final = 2**63 - 1
 
 
 @dataclass
 class _State:
     seed: int = DEFAULT_SEED
     offset: int = 0  # counter values used so far since the seed was set
+    epoch: int = 0  # how many times manual_seed was called
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One draw of n counter values: the names of the variables its graph reads and the values they were bound to."""
+
+    offset_var: str
+    key_var: str
+    offset: int
+    n: int
+    seed: int
 
 
 _STATE: Final = _State()
 _TAKING: Final = threading.Lock()  # guards _STATE: a counter range is read and advanced as one step
 _DRAWN_HERE: Final[ContextVar[int]] = ContextVar("plygrad_random_drawn", default=0)
+_LOG: Final[ContextVar[list[Draw] | None]] = ContextVar("plygrad_random_log", default=None)
+_DRAW_IDS: Final = itertools.count()  # next() is atomic under the GIL: every draw gets its own variable names
 
 
 def manual_seed(seed: int) -> None:
     """Restart the random sequence from `seed` (any int; it is reduced to 64 bits)."""
     with _TAKING:
         _STATE.seed, _STATE.offset = seed % 2**64, 0
+        _STATE.epoch += 1
+
+
+def seed_epoch() -> int:
+    """How many times `manual_seed` has been called (TinyJit refuses a recording that calls it)."""
+    return _STATE.epoch
+
+
+def take(n: int) -> tuple[int, int]:
+    """Reserve the next n counter values as one step: (first offset, seed). A TinyJit replay takes its draws' range
+    this way, so it gets the numbers the function run eagerly would have drawn (in one thread)."""
+    with _TAKING:
+        seed, offset = _STATE.seed, _STATE.offset
+        _STATE.offset += n
+    _DRAWN_HERE.set(_DRAWN_HERE.get() + n)
+    return offset, seed
+
+
+def signed_key(seed: int) -> int:
+    """The 64-bit seed as the int64 value its kernel variable holds (the kernel casts it back to uint64)."""
+    return seed - 2**64 if seed > _INT64_MAX else seed
+
+
+@contextmanager
+def logging_draws() -> Iterator[list[Draw]]:
+    """List every draw this thread makes inside the block (TinyJit records them to redraw on each replay)."""
+    log: list[Draw] = []
+    token = _LOG.set(log)
+    try:
+        yield log
+    finally:
+        _LOG.reset(token)
 
 
 def drawn_here() -> int:
@@ -68,16 +130,22 @@ def counter(n: int, dtype: DType, device: str) -> UOp:
     return flat if n == 2**k else movement(flat, Ops.SHRINK, ((0, n),))
 
 
+def _bound(name: str, vmin: int, value: int, n: int) -> UOp:
+    """A bound int64 variable read as n uint64 values (the same bits: two's complement)."""
+    var = UOp.variable(name, vmin, _INT64_MAX, dtypes.int64).bind(value)
+    return movement(movement(var.cast(dtypes.uint64), Ops.RESHAPE, (1,)), Ops.EXPAND, (n,))
+
+
 def random_bits(n: int, device: str) -> UOp:
     """n uint64 words of Threefry output for the next n counter values of the current seed."""
-    with _TAKING:
-        seed, offset = _STATE.seed, _STATE.offset
-        _STATE.offset += n
-    _DRAWN_HERE.set(_DRAWN_HERE.get() + n)
-    ctr = counter(n, dtypes.uint64, device)
-    if offset:
-        ctr = ctr.alu(Ops.ADD, const_uop(dtypes.uint64, offset, (n,)))
-    return ctr.alu(Ops.THREEFRY, const_uop(dtypes.uint64, seed, (n,)))
+    offset, seed = take(n)
+    draw_id = next(_DRAW_IDS)
+    draw = Draw(f"{OFFSET_PREFIX}{draw_id}", f"{KEY_PREFIX}{draw_id}", offset, n, seed)
+    log = _LOG.get()
+    if log is not None:
+        log.append(draw)
+    ctr = counter(n, dtypes.uint64, device).alu(Ops.ADD, _bound(draw.offset_var, 0, offset, n))
+    return ctr.alu(Ops.THREEFRY, _bound(draw.key_var, _INT64_MIN, signed_key(seed), n))
 
 
 def uniform(n: int, dtype: DType, device: str) -> UOp:
