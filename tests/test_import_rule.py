@@ -182,3 +182,21 @@ def test_syntax_errors_are_reported_not_skipped(tmp_path: Path) -> None:
     _write(root / "ir/src/plygrad/ir/broken.py", "import (\n")
     [problem] = check_workspace(root)
     assert "cannot be parsed" in problem.message
+
+
+def test_an_undeclared_package_is_reported_inside_a_function_too(tmp_path: Path) -> None:
+    root = make_workspace(tmp_path)
+    _write(root / "scheduler/src/plygrad/scheduler/suite.py", "def run():\n    import plygrad.runtime\n")
+    [problem] = check_workspace(root)
+    assert "imports plygrad.runtime from plygrad-runtime, which it does not declare" in problem.message
+
+
+def test_an_optional_extra_does_not_allow_importing_a_plygrad_package(tmp_path: Path) -> None:
+    """DESIGN.md §1 forbids the import, not just the dependency: naming the runtime in an extra and importing it
+    lazily still makes the scheduler import the runtime."""
+    root = make_workspace(tmp_path)
+    _write(root / "scheduler" / "pyproject.toml", _pyproject("plygrad-scheduler", ["plygrad-ir>=0.1"])
+           + '\n[project.optional-dependencies]\nconformance = ["plygrad-runtime"]\n')
+    _write(root / "scheduler/src/plygrad/scheduler/suite.py", "def run():\n    import plygrad.runtime\n")
+    [problem] = check_workspace(root)
+    assert "imports plygrad.runtime from plygrad-runtime, which it does not declare" in problem.message

@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Final, TypeAlias
 
+from plygrad.frontend.gradient_marks import substitute_keeping_marks, wants_contiguous_gradient
 from plygrad.frontend.lazy import LazyTensor, const_uop, default_device, is_gradient_stop, movement, shape_of
 from plygrad.ir import DType, Ops, UOp, dtypes
 from plygrad.runtime import Buffer
@@ -31,6 +32,18 @@ LEAVES: Final[weakref.WeakValueDictionary[int, LazyTensor]] = weakref.WeakValueD
 
 def is_leaf(t: LazyTensor) -> bool:
     return LEAVES.get(id(t)) is t
+
+
+# Undecided leaves: realized floating-point tensors whose requires_grad is None (tinygrad's default: data loaded into
+# a Tensor, a realized result of such tensors). backward() of a loss whose own requires_grad is None (nothing on
+# its path asked for gradients, and not everything opted out) fills their .grad, as tinygrad's does; each is checked
+# again when it is used (its requires_grad or graph may have changed since). Weak and keyed by id, like LEAVES.
+UNDECIDED: Final[weakref.WeakValueDictionary[int, LazyTensor]] = weakref.WeakValueDictionary()
+
+
+def record_undecided(t: LazyTensor) -> None:
+    if t._requires_grad is None and t.dtype.is_float:
+        UNDECIDED[id(t)] = t
 
 
 # Realized tensors that require grad: their buffer view -> the graph (and the Buffers it reads) they had before.
@@ -56,7 +69,8 @@ def unrealized(root: UOp) -> tuple[UOp, frozenset[Buffer]]:
         if not found:
             break
         inputs = inputs.union(*(i for _, i in found.values()))
-        root = root.substitute({n: g for n, (g, _) in found.items()})
+        # detach() and contiguous_backward() marks above a swapped view must survive the rebuild
+        root = substitute_keeping_marks(root, {n: g for n, (g, _) in found.items()})
     return root, inputs
 
 
@@ -168,7 +182,11 @@ def _prod_grad(g: UOp, n: UOp, x: UOp, axes: tuple[int, ...]) -> UOp:
 
 
 def _reshape_rule(g: UOp, n: UOp) -> Grads:
-    return (None,) if is_gradient_stop(n) else (_reshape(g, shape_of(n.src[0])),)
+    if is_gradient_stop(n):
+        return (None,)
+    if wants_contiguous_gradient(n):  # Tensor.contiguous_backward() (gradient_marks.py)
+        g = UOp(Ops.CONTIGUOUS, g.dtype, (g,))
+    return (_reshape(g, shape_of(n.src[0])),)
 
 
 def _permute(g: UOp, n: UOp) -> Grads:

@@ -10,10 +10,12 @@ import math
 from collections.abc import Sequence
 from typing import Self
 
+import numpy as np
+
 from plygrad.frontend import random
 from plygrad.frontend.lazy import Scalar, buffer_view, const_uop, resolve_device
 from plygrad.frontend.nn_ops import NNOps
-from plygrad.ir import DType, DTypeError, ShapeError, UOp, dtypes
+from plygrad.ir import DType, DTypeError, DTypeLike, ShapeError, UOp, dtypes, to_dtype
 from plygrad.runtime import Buffer
 
 
@@ -25,35 +27,46 @@ class CreationOps(NNOps):
     # ---- creation ---------------------------------------------------------------------------------------------
     @staticmethod
     def _shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
-        dims = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
-        if not all(type(d) is int and d >= 0 for d in dims):
-            raise ShapeError(f"a tensor shape needs sizes that are ints >= 0, got {dims!r}")
-        return dims  # type: ignore[return-value]
+        """The shape a creation function was given as `2, 3`, `(2, 3)` or `[2, 3]`; a ShapeError naming the
+        argument that is not a size (an int >= 0; NumPy integers count) is raised here, at the call."""
+        dims: tuple[object, ...] = shape
+        if len(shape) == 1 and not isinstance(shape[0], int):
+            if not isinstance(shape[0], Sequence | np.ndarray):
+                raise ShapeError(f"a tensor shape is sizes (ints >= 0) or one sequence of them, got "
+                                 f"{type(shape[0]).__name__} {shape[0]!r}; e.g. Tensor.zeros(2, 3) or "
+                                 "Tensor.zeros((2, 3))")
+            dims = tuple(shape[0])
+        for i, d in enumerate(dims):
+            if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
+                raise ShapeError(f"a tensor shape needs sizes that are ints >= 0; size {i} of {dims!r} is "
+                                 f"{type(d).__name__} {d!r}")
+        return tuple(int(d) for d in dims)  # type: ignore[call-overload]
 
     @classmethod
-    def full(cls, shape: int | Sequence[int], fill_value: Scalar, dtype: DType | None = None,
+    def full(cls, shape: int | Sequence[int], fill_value: Scalar, dtype: DTypeLike | None = None,
              device: str | None = None, requires_grad: bool | None = None) -> Self:
         """A constant tensor: a CONST broadcast to `shape`, which costs no memory until realized."""
         dims = cls._shape_arg((shape,))
-        dt = dtypes.from_py(fill_value) if dtype is None else dtype
+        dt = dtypes.from_py(fill_value) if dtype is None else to_dtype(dtype)
         return cls._make(const_uop(dt, fill_value, dims), resolve_device(device))._requiring_grad(requires_grad)
 
     @classmethod
-    def zeros(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None,
+    def zeros(cls, *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
               requires_grad: bool | None = None) -> Self:
         return cls.full(cls._shape_arg(shape), 0.0, dtype or dtypes.default_float, device, requires_grad)
 
     @classmethod
-    def ones(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None,
+    def ones(cls, *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
              requires_grad: bool | None = None) -> Self:
         return cls.full(cls._shape_arg(shape), 1.0, dtype or dtypes.default_float, device, requires_grad)
 
     @classmethod
-    def empty(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None,
+    def empty(cls, *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
               requires_grad: bool | None = None) -> Self:
         """An uninitialized tensor: a Buffer that is allocated on first use, its contents undefined."""
         dims = cls._shape_arg(shape)
-        buf = Buffer(resolve_device(device), math.prod(dims), dtype or dtypes.default_float)
+        dt = dtypes.default_float if dtype is None else to_dtype(dtype)
+        buf = Buffer(resolve_device(device), math.prod(dims), dt)
         return cls._make(buffer_view(buf, dims), buf.device, (buf,))._requiring_grad(requires_grad)
 
     def _requiring_grad(self, requires_grad: bool | None) -> Self:
@@ -61,7 +74,7 @@ class CreationOps(NNOps):
         return self if requires_grad is None else self.requires_grad_(requires_grad)
 
     @classmethod
-    def arange(cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, *, dtype: DType | None = None,
+    def arange(cls, start: Scalar, stop: Scalar | None = None, step: Scalar = 1, *, dtype: DTypeLike | None = None,
                device: str | None = None, requires_grad: bool | None = None) -> Self:
         """`start, start+step, ...` below `stop` (`arange(n)` is 0..n-1), built lazily in the graph."""
         if stop is None:
@@ -81,15 +94,15 @@ class CreationOps(NNOps):
         return random.counter(count, dtypes.int32 if count < 2**31 else dtypes.int64, device)
 
     @classmethod
-    def linspace(cls, start: Scalar, stop: Scalar, steps: int, *, dtype: DType | None = None, device: str | None = None,
-                 requires_grad: bool | None = None) -> Self:
+    def linspace(cls, start: Scalar, stop: Scalar, steps: int, *, dtype: DTypeLike | None = None,
+                 device: str | None = None, requires_grad: bool | None = None) -> Self:
         """`steps` evenly spaced values from `start` to `stop`, both included (PyTorch's `linspace`).
 
         Like PyTorch, the first half counts up from `start` and the second half down from `stop`, so both ends
         come out exact."""
         if type(steps) is not int or steps < 0:
             raise ValueError(f"linspace: steps {steps!r} must be an int >= 0")
-        dt = dtype or dtypes.default_float
+        dt = dtypes.default_float if dtype is None else to_dtype(dtype)
         dev = resolve_device(device)
         if steps <= 1:
             return cls.full((steps,), start, dt, dev, requires_grad)
@@ -102,7 +115,7 @@ class CreationOps(NNOps):
         return values._requiring_grad(requires_grad)
 
     @classmethod
-    def eye(cls, n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None,
+    def eye(cls, n: int, m: int | None = None, dtype: DTypeLike | None = None, device: str | None = None,
             requires_grad: bool | None = None) -> Self:
         """The identity matrix: a row of (1, 0 x n) repeated, cut and folded so the ones land on the diagonal."""
         cols = n if m is None else m
@@ -111,29 +124,29 @@ class CreationOps(NNOps):
         square = ones.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
         return square.shrink(((0, n), (0, cols)))._requiring_grad(requires_grad)
 
-    def full_like(self, fill_value: Scalar, dtype: DType | None = None, device: str | None = None,
+    def full_like(self, fill_value: Scalar, dtype: DTypeLike | None = None, device: str | None = None,
                   requires_grad: bool | None = None) -> Self:
         return self.full(self.shape, fill_value, dtype or self.dtype, device or self.device, requires_grad)
 
-    def zeros_like(self, dtype: DType | None = None, device: str | None = None,
+    def zeros_like(self, dtype: DTypeLike | None = None, device: str | None = None,
                    requires_grad: bool | None = None) -> Self:
         return self.full_like(0, dtype, device, requires_grad)
 
-    def ones_like(self, dtype: DType | None = None, device: str | None = None,
+    def ones_like(self, dtype: DTypeLike | None = None, device: str | None = None,
                   requires_grad: bool | None = None) -> Self:
         return self.full_like(1, dtype, device, requires_grad)
 
-    def empty_like(self, dtype: DType | None = None, device: str | None = None,
+    def empty_like(self, dtype: DTypeLike | None = None, device: str | None = None,
                    requires_grad: bool | None = None) -> Self:
         return self.empty(self.shape, dtype=dtype or self.dtype, device=device or self.device,
                           requires_grad=requires_grad)
 
-    def rand_like(self, dtype: DType | None = None, device: str | None = None,
+    def rand_like(self, dtype: DTypeLike | None = None, device: str | None = None,
                   requires_grad: bool | None = None) -> Self:
         return self.rand(self.shape, dtype=dtype or self._like_float(), device=device or self.device,
                          requires_grad=requires_grad)
 
-    def randn_like(self, dtype: DType | None = None, device: str | None = None,
+    def randn_like(self, dtype: DTypeLike | None = None, device: str | None = None,
                    requires_grad: bool | None = None) -> Self:
         return self.randn(self.shape, dtype=dtype or self._like_float(), device=device or self.device,
                           requires_grad=requires_grad)
@@ -168,25 +181,25 @@ class CreationOps(NNOps):
         random.manual_seed(seed)
 
     @classmethod
-    def rand(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None,
+    def rand(cls, *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
              requires_grad: bool | None = None, contiguous: bool = True) -> Self:
         """Uniform samples in [0, 1): Threefry-2x32 of a counter and the seed's key, high bits to a float.
 
         `contiguous` is accepted for tinygrad's signature; the samples are computed wherever they are read."""
         del contiguous
         dims = cls._shape_arg(shape)
-        dt = dtype or dtypes.default_float
+        dt = dtypes.default_float if dtype is None else to_dtype(dtype)
         if not dt.is_float:
             raise DTypeError(f"rand makes floats, not {dt}; cast the result to get another dtype")
         dev = resolve_device(device)
         return cls._make(random.uniform(math.prod(dims), dt, dev), dev).reshape(dims)._requiring_grad(requires_grad)
 
     @classmethod
-    def randn(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None,
+    def randn(cls, *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
               requires_grad: bool | None = None) -> Self:
         """Standard normal samples by Box-Muller: sqrt(-2 ln(1-u1)) * cos(2 pi u2) of two uniform tensors."""
         dims = cls._shape_arg(shape)
-        dt = dtype or dtypes.default_float
+        dt = dtypes.default_float if dtype is None else to_dtype(dtype)
         if not dt.is_float:
             raise DTypeError(f"randn makes floats, not {dt}; cast the result to get another dtype")
         u = cls.rand(2, *dims, dtype=dtypes.float32, device=device)
@@ -194,11 +207,11 @@ class CreationOps(NNOps):
         return radius.mul(u[1].mul(2 * math.pi).cos()).cast(dt)._requiring_grad(requires_grad)
 
     @classmethod
-    def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, dtype: DType | None = None,
+    def randint(cls, *shape: int | Sequence[int], low: int = 0, high: int = 10, dtype: DTypeLike | None = None,
                 device: str | None = None) -> Self:
         """Integers uniform in [low, high): floor(low + u * (high - low)) of uniform floats u, in float64 when
         the range is too wide for float32's 24-bit mantissa."""
-        dt = dtype or dtypes.default_int
+        dt = dtypes.default_int if dtype is None else to_dtype(dtype)
         if not isinstance(low, int) or not isinstance(high, int) or low >= high:
             raise ValueError(f"randint: needs ints low < high, got low={low!r}, high={high!r}")
         if dt.is_float or dt.is_bool:
@@ -208,22 +221,22 @@ class CreationOps(NNOps):
         return u.mul(high - low).floor().cast(dt).add(low)
 
     @classmethod
-    def uniform(cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0, dtype: DType | None = None,
+    def uniform(cls, *shape: int | Sequence[int], low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
                 device: str | None = None, requires_grad: bool | None = None) -> Self:
         """Floats uniform in [low, high)."""
-        dt = dtype or dtypes.default_float
+        dt = dtypes.default_float if dtype is None else to_dtype(dtype)
         u = cls.rand(*shape, dtype=dt if dt.is_float else dtypes.default_float, device=device)
         return u.mul(high - low).add(low).cast(dt)._requiring_grad(requires_grad)
 
     @classmethod
-    def normal(cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0, dtype: DType | None = None,
+    def normal(cls, *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0, dtype: DTypeLike | None = None,
                device: str | None = None, requires_grad: bool | None = None) -> Self:
         """Normal samples of the given mean and standard deviation."""
         z = cls.randn(*shape, dtype=dtype, device=device)
         return z.mul(std).add(mean)._requiring_grad(requires_grad)
 
     @classmethod
-    def scaled_uniform(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None,
+    def scaled_uniform(cls, *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Self:
         """Uniform in [-prod(shape)**-0.5, prod(shape)**-0.5) (tinygrad's default weight init)."""
         dims = cls._shape_arg(shape)
@@ -231,7 +244,7 @@ class CreationOps(NNOps):
         return cls.uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
     @classmethod
-    def glorot_uniform(cls, *shape: int | Sequence[int], dtype: DType | None = None, device: str | None = None,
+    def glorot_uniform(cls, *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
                        requires_grad: bool | None = None) -> Self:
         """Xavier/Glorot uniform: bound sqrt(6 / (shape[0] + prod(shape[1:]))), as tinygrad defines it."""
         dims = cls._shape_arg(shape)
@@ -241,7 +254,7 @@ class CreationOps(NNOps):
         return cls.uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
     @classmethod
-    def kaiming_uniform(cls, *shape: int | Sequence[int], a: float = 0.01, dtype: DType | None = None,
+    def kaiming_uniform(cls, *shape: int | Sequence[int], a: float = 0.01, dtype: DTypeLike | None = None,
                         device: str | None = None, requires_grad: bool | None = None) -> Self:
         """He uniform for leaky ReLU of slope `a`: bound gain*sqrt(3/fan_in), gain sqrt(2/(1+a^2)), and fan_in
         prod(shape[1:]) (inputs times kernel size for a conv weight), as PyTorch's `kaiming_uniform_`."""
@@ -250,7 +263,7 @@ class CreationOps(NNOps):
         return cls.uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
     @classmethod
-    def kaiming_normal(cls, *shape: int | Sequence[int], a: float = 0.01, dtype: DType | None = None,
+    def kaiming_normal(cls, *shape: int | Sequence[int], a: float = 0.01, dtype: DTypeLike | None = None,
                        device: str | None = None, requires_grad: bool | None = None) -> Self:
         """He normal: standard deviation gain/sqrt(fan_in), as PyTorch's `kaiming_normal_` (see kaiming_uniform)."""
         dims = cls._shape_arg(shape)
@@ -258,7 +271,7 @@ class CreationOps(NNOps):
         return cls.normal(dims, mean=0.0, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
 
     @classmethod
-    def randperm(cls, n: int, device: str | None = None, dtype: DType | None = None,
+    def randperm(cls, n: int, device: str | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None) -> Self:
         """A random permutation of 0..n-1: the order that sorts n uniform random keys."""
         if type(n) is not int or n < 0:

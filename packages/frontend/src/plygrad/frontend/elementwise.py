@@ -13,7 +13,18 @@ from collections.abc import Callable
 from typing import Self
 
 from plygrad.frontend.lazy import LazyTensor, Scalar
-from plygrad.ir import DType, DTypeError, DTypeKind, Ops, UOp, broadcast_shapes, dtypes, result_dtype
+from plygrad.ir import (
+    DType,
+    DTypeError,
+    DTypeKind,
+    DTypeLike,
+    Ops,
+    UOp,
+    broadcast_shapes,
+    dtypes,
+    result_dtype,
+    to_dtype,
+)
 
 LOG2_E = math.log2(math.e)
 LN_2 = math.log(2.0)
@@ -240,8 +251,9 @@ class ElementwiseOps(LazyTensor):
         """`x >> y`: arithmetic (sign-filling) on signed integers, logical on unsigned ones."""
         return self._shift(Ops.SHR, other, reverse)
 
-    def bitcast(self, dtype: DType) -> Self:
+    def bitcast(self, dtype: DTypeLike) -> Self:
         """The same bytes read as `dtype` (IR BITCAST); both dtypes must have one itemsize. No gradient flows."""
+        dtype = to_dtype(dtype)
         if dtype is self.dtype:
             return self
         if dtype.itemsize != self.dtype.itemsize:
@@ -571,9 +583,10 @@ class ElementwiseOps(LazyTensor):
     def square(self) -> Self:
         return self.mul(self)
 
-    def cast(self, dtype: DType) -> Self:
-        """The values converted to `dtype` (floats to integers truncate toward zero)."""
-        return self._cast_to(dtype)
+    def cast(self, dtype: DTypeLike) -> Self:
+        """The values converted to `dtype` (a DType or its name, `"float16"`; floats to integers truncate toward
+        zero)."""
+        return self._cast_to(to_dtype(dtype))
 
     # ---- operators --------------------------------------------------------------------------------------------
     def __add__(self, x: Self | Scalar) -> Self: return self.add(x)

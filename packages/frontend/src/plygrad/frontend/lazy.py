@@ -19,7 +19,18 @@ from collections.abc import Iterable, Sequence
 from typing import Final, Self, TypeAlias
 
 from plygrad.frontend.modes import ModeFlags
-from plygrad.ir import ConstType, DType, DTypeError, Ops, ShapeError, UOp, broadcast_shapes, dtypes
+from plygrad.ir import (
+    ConstType,
+    DType,
+    DTypeError,
+    Ops,
+    ShapeError,
+    UOp,
+    broadcast_shapes,
+    dtypes,
+    strip_reshapes,
+    written_buffer,
+)
 from plygrad.runtime import BackendError, Buffer, Device, canonical_device
 from plygrad.runtime.config import PLYGRAD_DEVICE
 
@@ -101,13 +112,6 @@ def is_gradient_stop(node: UOp) -> bool:
     return node.op is Ops.RESHAPE and node in _STOPS
 
 
-def base_of(node: UOp) -> UOp:
-    """`node` without the RESHAPEs on top (how a realized tensor reads its buffer, or a pending ASSIGN its result)."""
-    while node.op is Ops.RESHAPE:
-        node = node.src[0]
-    return node
-
-
 def broadcast_uop(x: UOp, shape: tuple[int, ...]) -> UOp:
     """`x` broadcast to `shape` (NumPy rules): RESHAPE to add leading axes, then EXPAND the size-1 ones."""
     have = shape_of(x)
@@ -160,15 +164,19 @@ class LazyTensor(metaclass=ModeFlags):
         uop, requires_grad = self._derived_grad(uop, self, *others)
         return self._make(uop, self.device, inputs, requires_grad)
 
-    def _derived_grad(self, uop: UOp, *parents: LazyTensor) -> tuple[UOp, bool]:
-        """The node and requires_grad of a result computed from `parents`. Under no_grad a result computed from
-        tensors that require grad is wrapped in a gradient stop: its graph still contains theirs, and autograd must
-        not see through it when the result is later used beside them."""
-        if not any(p._requires_grad for p in parents):
+    def _derived_grad(self, uop: UOp, *parents: LazyTensor) -> tuple[UOp, bool | None]:
+        """The node and requires_grad of a result computed from `parents`: True when one of them requires grad,
+        None (undecided, tinygrad's default) when none does but one that reads memory did not opt out (undecided
+        realized tensors are what tinygrad-style backward() differentiates; a constant or random graph reads none),
+        False otherwise or when the result is not floating point. Under no_grad a floating-point result computed
+        from tensors that could get a gradient is wrapped in a gradient stop: its graph still contains theirs, and
+        autograd must not see through it when the result is later used beside them."""
+        if not uop.dtype.is_float or not any(p._requires_grad or (p._requires_grad is None and p.inputs)
+                                             for p in parents):
             return uop, False
         if type(self).no_grad:
             return stop_gradient(uop), False
-        return uop, uop.dtype.is_float
+        return uop, True if any(p._requires_grad for p in parents) else None
 
     # ---- autograd state -----------------------------------------------------------------------------------------
     @property
@@ -291,7 +299,7 @@ class LazyTensor(metaclass=ModeFlags):
 
     def _is_realized(self) -> bool:
         """Is this tensor a plain view of one Buffer (nothing to compute)?"""
-        return base_of(self.uop).op is Ops.BUFFER
+        return strip_reshapes(self.uop).op is Ops.BUFFER
 
     def contiguous(self) -> Self:
         """A tensor stored in its own buffer in row-major order (a fusion boundary for the scheduler)."""
@@ -314,12 +322,6 @@ READERS_LOCK: Final = threading.Lock()  # a WeakSet may not grow while another t
 PENDING_ASSIGNS: Final[dict[int, list[LazyTensor]]] = {}
 DONE_ASSIGNS: Final[weakref.WeakKeyDictionary[UOp, UOp]] = weakref.WeakKeyDictionary()
 atexit.register(PENDING_ASSIGNS.clear)  # its tensors' Buffers must go before shutdown tears down the backends
-
-
-def written_buffer(target: UOp) -> UOp:
-    while target.op is not Ops.BUFFER:
-        target = target.src[0]
-    return target
 
 
 def buffer_target(uop: UOp) -> UOp | None:

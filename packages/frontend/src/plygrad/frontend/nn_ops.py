@@ -24,7 +24,7 @@ from typing import Literal, Self, TypeAlias, TypeVar, overload
 
 from plygrad.frontend import random
 from plygrad.frontend.activations import ActivationOps
-from plygrad.ir import DType, DTypeError, ShapeError, broadcast_shapes, dtypes, result_dtype
+from plygrad.ir import DType, DTypeError, DTypeLike, ShapeError, broadcast_shapes, dtypes, result_dtype, to_dtype
 
 Reduction: TypeAlias = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[Reduction, ...] = ("mean", "sum", "none")
@@ -102,7 +102,7 @@ class NNOps(ActivationOps):
         return self.sum() if reduction == "sum" else self
 
     # ---- linear algebra -----------------------------------------------------------------------------------------
-    def linear(self, weight: Self, bias: Self | None = None, dtype: DType | None = None) -> Self:
+    def linear(self, weight: Self, bias: Self | None = None, dtype: DTypeLike | None = None) -> Self:
         """`self @ weight + bias` with weight of shape (in, out) as in tinygrad (torch.nn.Linear stores (out, in)
         and computes `x @ weight.T`); a 1-D weight scales elementwise."""
         x, w = (self, weight) if dtype is None else (self.cast(dtype), weight.cast(dtype))
@@ -116,7 +116,7 @@ class NNOps(ActivationOps):
         return out if bias is None else out.add(bias)
 
     @staticmethod
-    def einsum(formula: str, *operands: T | Sequence[T], dtype: DType | None = None) -> T:
+    def einsum(formula: str, *operands: T | Sequence[T], dtype: DTypeLike | None = None) -> T:
         """Einstein summation like `torch.einsum`: explicit (`ij,jk->ik`) or implicit output (the labels seen once,
         in alphabetical order), repeated labels in one operand (diagonals, `ii->i`), `...` for broadcast axes, and
         size-1 axes broadcasting against the same label elsewhere.
@@ -176,7 +176,7 @@ class NNOps(ActivationOps):
                 sizes[c] = max(sizes.get(c, 1), n)
         summed = "".join(dict.fromkeys(c for _, labels in labelled for c in labels if c not in out))
         order = out + summed
-        dt = dtype or functools.reduce(result_dtype, (x.dtype for x, _ in labelled))
+        dt = to_dtype(dtype) if dtype is not None else functools.reduce(result_dtype, (x.dtype for x, _ in labelled))
         acc = _accumulate_dtype(dt)
         aligned = [x._cast_to(acc).permute(sorted(range(x.ndim), key=lambda a: order.index(labels[a])))
                    .reshape(tuple(sizes[c] if c in labels and x.shape[labels.index(c)] != 1 else 1 for c in order))
@@ -203,7 +203,7 @@ class NNOps(ActivationOps):
 
     # ---- convolution --------------------------------------------------------------------------------------------
     def conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1, stride: int | Sequence[int] = 1,
-               dilation: int | Sequence[int] = 1, padding: Padding = 0, dtype: DType | None = None) -> Self:
+               dilation: int | Sequence[int] = 1, padding: Padding = 0, dtype: DTypeLike | None = None) -> Self:
         """A convolution over any number of spatial axes (1, 2, 3, ... from the weight's rank), like
         `F.conv2d`: input (N, Cin, *spatial), weight (Cout, Cin/groups, *kernel), bias (Cout,).
 

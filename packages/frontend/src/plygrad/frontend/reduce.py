@@ -13,8 +13,8 @@ It also gives the first kernel independent partials per block, which the CPU bac
 GPU over its workgroups. A block of a float sum is read as BLOCK/LANES rows of LANES consecutive elements and gives
 LANES partials, one per column (each adding BLOCK/LANES terms): the first kernel then loads whole rows as vectors
 into LANES vector-lane accumulators, walking memory in order, where one partial per block would have made its
-vector lanes of 16 blocks each a row apart (a gather per vector). The partials of all blocks go to the next level. Every reduction kernel a scheduler or code generator makes from this graph keeps the
-property: it is in the graph.
+vector lanes of 16 blocks each a row apart (a gather per vector). The partials of all blocks go to the next level.
+Every reduction kernel a scheduler or code generator makes from this graph keeps the property: it is in the graph.
 
 Other long reductions with few outputs (max, integer sums, products over more than SPLIT_ABOVE elements into at
 most FEW_OUTPUTS values) are staged the same way, for that second reason alone: a full reduction in one kernel would
@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from typing import Final, Self
 
 from plygrad.frontend.movement import MovementOps
-from plygrad.ir import DType, Ops, ShapeError, UOp, dtypes, result_dtype, sum_acc_dtype
+from plygrad.ir import DTypeLike, Ops, ShapeError, UOp, dtypes, reduce_identity, result_dtype, sum_acc_dtype, to_dtype
 
 Axis = int | Sequence[int] | None
-HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
+HALF_FLOATS = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)  # accumulate in float32
 SPLIT_ABOVE: Final = 1 << 14  # float sums over more elements than this are blocked
 BLOCK: Final = 1 << 12  # terms one accumulator adds at most in a blocked sum
 LANES: Final = 16  # a block of a float sum gives this many partials, each the sum of every LANES-th term
@@ -69,7 +69,7 @@ class ReduceOps(MovementOps):
         while n > SPLIT_ABOVE:
             blocks = -(-n // BLOCK)
             pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * BLOCK - n),)
-            padded = x._pad_zeros(pairs) if op is Ops.ADD else x.pad(pairs, value=self._identity(op))
+            padded = x._pad_zeros(pairs) if op is Ops.ADD else x.pad(pairs, value=reduce_identity(op, self.dtype))
             if op is Ops.ADD:  # LANES strided partials per block: contiguous vector loads (module docstring)
                 x = padded.reshape(*kept_shape, blocks, BLOCK // LANES, LANES)
                 x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 2,))))
@@ -82,26 +82,17 @@ class ReduceOps(MovementOps):
         total = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,))))
         return total.reshape(tuple(1 if i in axes else d for i, d in enumerate(self.shape)))
 
-    def _identity(self, op: Ops) -> float | int | bool:
-        """x op identity == x for every x of this dtype: the padding of a staged reduction."""
-        if op is Ops.MUL:
-            return True if self.dtype.is_bool else 1
-        if op is Ops.ADD:
-            return False if self.dtype.is_bool else 0
-        assert op is Ops.MAX, op
-        return -math.inf if self.dtype.is_float else self.dtype.min
-
-    def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Self:
+    def sum(self, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Self:
         """The sum over `axis` (all axes when None; `()` reduces nothing, like NumPy). Bool and narrow integers
         accumulate per sum_acc_dtype; `dtype` casts the input first and is then the result's dtype (PyTorch)."""
         return self._accumulate(Ops.ADD, axis, keepdim, dtype, "sum")
 
-    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DType | None = None) -> Self:
+    def prod(self, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Self:
         """The product over `axis`, with sum's dtype rules."""
         return self._accumulate(Ops.MUL, axis, keepdim, dtype, "prod")
 
-    def _accumulate(self, op: Ops, axis: Axis, keepdim: bool, dtype: DType | None, name: str) -> Self:
-        x = self if dtype is None else self._cast_to(dtype)
+    def _accumulate(self, op: Ops, axis: Axis, keepdim: bool, dtype: DTypeLike | None, name: str) -> Self:
+        x = self if dtype is None else self._cast_to(to_dtype(dtype))
         acc = dtypes.float32 if x.dtype in HALF_FLOATS else sum_acc_dtype(x.dtype)
         out = x._cast_to(acc)._reduce(op, axis, keepdim, name)
         return out._cast_to(x.dtype) if dtype is not None or x.dtype in HALF_FLOATS else out
@@ -157,7 +148,9 @@ class ReduceOps(MovementOps):
     def matmul(self, other: Self) -> Self:
         """NumPy's matmul: 1-D operands gain and lose an axis, leading (batch) axes broadcast."""
         if self.ndim == 0 or other.ndim == 0:
-            raise ShapeError(f"matmul of shapes {self.shape} and {other.shape}: both operands need at least 1 axis")
+            raise ShapeError(f"matmul: both arguments to matmul need to be at least 1D, but they are {self.ndim}D and "
+                             f"{other.ndim}D (shapes {self.shape} and {other.shape}); reshape a scalar to (1,) or "
+                             "multiply with *")
         a = self.unsqueeze(0) if self.ndim == 1 else self
         b = other.unsqueeze(-1) if other.ndim == 1 else other
         if a.shape[-1] != b.shape[-2]:

@@ -24,7 +24,7 @@ from typing import Self
 from plygrad.frontend import random
 from plygrad.frontend.lazy import Scalar
 from plygrad.frontend.reduce import HALF_FLOATS, Axis, ReduceOps
-from plygrad.ir import DType, Ops, dtypes, sum_acc_dtype
+from plygrad.ir import Ops, dtypes, reduce_identity, sum_acc_dtype
 
 INDEX_DTYPE = dtypes.int32
 """The dtype of every index these ops return (argmax, cummax, sort, topk): tinygrad's; PyTorch's is int64."""
@@ -34,16 +34,6 @@ PAIRWISE_SORT_LIMIT = 2**28
 """Sorts needing more pairwise comparisons than this (rows * n * n) use the bitonic network instead. The pairwise
 sort is 3 kernels; the network is (log2 n)^2 / 2 steps of 2 kernels each, which costs compile time on first use (a
 (4, 4096) sort: 0.7 s pairwise, 0.4 s bitonic once compiled, 20 s to compile on a 2-core machine)."""
-
-
-def _identity(op: Ops, dtype: DType) -> Scalar:
-    """The value that leaves `op` unchanged (what a scan window is padded with)."""
-    if op is Ops.ADD:
-        return False if dtype.is_bool else 0.0 if dtype.is_float else 0
-    if op is Ops.MUL:
-        return True if dtype.is_bool else 1.0 if dtype.is_float else 1
-    assert op is Ops.MAX, op
-    return dtype.min
 
 
 class ScanOps(ReduceOps):
@@ -92,7 +82,7 @@ class ScanOps(ReduceOps):
         chosen element. `index` has the same leading shape as self; its last axis may be any length."""
         n = self.shape[-1]
         onehot = index.unsqueeze(-1).eq(self._counter(n))  # (..., k, n)
-        picked = onehot.where(self.unsqueeze(-2), _identity(Ops.ADD, self.dtype))
+        picked = onehot.where(self.unsqueeze(-2), reduce_identity(Ops.ADD, self.dtype))
         return picked.sum(-1)._cast_to(self.dtype)
 
     def _along_last(self, axis: int) -> Self:
@@ -217,7 +207,7 @@ class ScanOps(ReduceOps):
         if n <= 2 * SCAN_BLOCK:
             return self._window_scan(op)
         lead, blocks = self.shape[:-1], -(-n // SCAN_BLOCK)
-        identity = _identity(op, self.dtype)
+        identity = reduce_identity(op, self.dtype)
         padded = self._pad_last(0, blocks * SCAN_BLOCK - n, identity)
         inner = padded.reshape(*lead, blocks, SCAN_BLOCK)._window_scan(op)  # each block scanned on its own
         totals = inner.shrink((*(None,) * len(lead), None, (SCAN_BLOCK - 1, SCAN_BLOCK))).reshape(*lead, blocks)
@@ -233,7 +223,7 @@ class ScanOps(ReduceOps):
         ctr = self._counter(n)
         in_window = ctr.reshape(n, 1).ge(ctr.reshape(1, n))  # [i, j]: input j counts toward output i
         windows = self.unsqueeze(-2).expand(*self.shape[:-1], n, n)
-        return in_window.where(windows, _identity(op, self.dtype))._reduce(op, -1, False, "scan")
+        return in_window.where(windows, reduce_identity(op, self.dtype))._reduce(op, -1, False, "scan")
 
     # ---- sorting ----------------------------------------------------------------------------------------------
     def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:

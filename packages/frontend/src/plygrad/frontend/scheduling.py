@@ -8,8 +8,11 @@ Realizing pays Python per call, so `run` does the byte work once per graph *stru
 renumbered 0, 1, ... in the order the graph reaches them (device, dtype and size stay), that normalized graph is
 serialized and scheduled once, and the schedule's `ExecPlan` (plygrad.runtime: decoded, verified, lowered once) runs
 over the real Buffers by rank. So `x + 1` realized again over another `x` of the same shape costs a walk of the
-graph and the launches. With PLYGRAD_FORCE_BYTES on, every realize serializes the real graph, schedules it and
-decodes the schedule, as if each layer ran in another process: the reference the cached path is tested against.
+graph and the launches. Bound variables are normalized the same way (their values go to the launch, not the key),
+so a random draw at a new offset or seed reuses the compiled kernels. This is the only schedule cache (the
+scheduler keeps none): it sits before the serialization and the plugin call, so it saves both, whichever plugin is
+chosen. With PLYGRAD_FORCE_BYTES on, every realize serializes the real graph, schedules it and decodes the
+schedule, as if each layer ran in another process: the reference the cached path is tested against.
 
 `capturing()` records every plan run inside the block into a `plygrad.runtime.Capture` (what `TinyJit` replays).
 
@@ -27,14 +30,16 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Final
 
-from plygrad.frontend import config
+from plygrad.frontend import config, random
 from plygrad.frontend.errors import SchedulerNotFoundError
-from plygrad.ir import BufferRef, Ops, Stage, UOp, deserialize, dtypes, serialize
+from plygrad.ir import Ops, Stage, UOp, dtypes, serialize, structural_key
 from plygrad.runtime import Buffer, Capture, ExecPlan, discovery, load_plan, lookup_buffer
 from plygrad.runtime.buffer import BytesLike
 from plygrad.runtime.config import PLYGRAD_FORCE_BYTES
+from plygrad.runtime.plan import read_schedule
 
 SCHEDULERS: Final = "plygrad.schedulers"
 ScheduleFn = Callable[[bytes], bytes]
@@ -42,6 +47,7 @@ ScheduleFn = Callable[[bytes], bytes]
 # this thread's innermost `use_scheduler` block (None: none is open); each block restores the one around it
 _CHOSEN: Final[ContextVar[str | None]] = ContextVar("plygrad_scheduler", default=None)
 _LOADED: dict[str, ScheduleFn] = {}
+_PRODUCERS: dict[str, str] = {}  # name -> how errors name the plugin (entry point, distribution), found with it
 _LOADING: Final = threading.Lock()  # one thread imports a scheduler plugin; the others wait and use it
 # host bytes waiting to be copied into a Buffer: a Tensor made from data allocates nothing until it is realized,
 # so graphs can be built (and tested) without any backend installed
@@ -60,6 +66,7 @@ _CAPTURE: Final[ContextVar[Capture | None]] = ContextVar("plygrad_capture", defa
 
 def _forget_plugins() -> None:
     _LOADED.clear()
+    _PRODUCERS.clear()
     with _SCHEDULES_LOCK:
         _SCHEDULES.clear()
 
@@ -94,9 +101,16 @@ def find_scheduler(name: str | None = None) -> ScheduleFn:
             if found is None:
                 hint = ("pip install plygrad-scheduler, or set PLYGRAD_SCHEDULER / use Tensor.scheduler(name) with "
                         "one found")
+                _PRODUCERS[name] = discovery.describe(SCHEDULERS, name, "scheduler")
                 found = _LOADED[name] = discovery.load_callable(SCHEDULERS, name, "scheduler", hint,
                                                                 SchedulerNotFoundError)
     return found
+
+
+def producer() -> str:
+    """How errors caused by the current scheduler's output name it (plygrad.runtime.plugin_output)."""
+    name = scheduler_name()
+    return _PRODUCERS.get(name) or f"scheduler {name!r}"
 
 
 def stage_host_data(buf: Buffer, data: BytesLike) -> None:
@@ -121,19 +135,36 @@ def schedule_bytes(roots: Sequence[UOp]) -> bytes:
 
 def schedule_uop(roots: Sequence[UOp]) -> UOp:
     """The LINEAR the current scheduler makes of `roots` (verified as it is read back)."""
-    return deserialize(schedule_bytes(roots), Stage.SCHEDULE)
+    return read_schedule(schedule_bytes(roots), producer())
 
 
-def normalize(sink: UOp) -> tuple[UOp, list[int]]:
-    """`sink` with its BUFFERs renumbered 0, 1, ... in toposort order, and the real buffer id of each number."""
-    renumber: dict[UOp, UOp] = {}
-    ids: list[int] = []
-    for node in sink.toposort:
-        if node.op is Ops.BUFFER:
-            ref: BufferRef = node.arg
-            renumber[node] = UOp(Ops.BUFFER, node.dtype, (), BufferRef(len(ids), ref.device, ref.size))
-            ids.append(ref.id)
-    return (sink.substitute(renumber) if renumber else sink), ids
+@dataclass
+class Normalized:
+    """A graph's structural key and what maps it back: the real buffer id of each BUFFER number, and for each
+    variable of the key its value and its real name (the random generator's `rng_` variables are renumbered)."""
+
+    key: UOp
+    ids: list[int]
+    vals: dict[str, int]
+    names: dict[str, str]
+
+
+def normalize(sink: UOp) -> Normalized:
+    """`sink` with its BUFFERs renumbered 0, 1, ... in toposort order and every BIND bound to its variable's minimum;
+    the variables a random draw made (random.VAR_PREFIX, one pair per draw) are renamed by rank too, so draws of one
+    size at any offset and seed are one structure (scheduled, lowered and compiled once)."""
+    ranks: dict[str, int] = {}
+
+    def by_rank(var: UOp) -> UOp:
+        name, vmin, vmax = var.arg
+        if not name.startswith(random.VAR_PREFIX):
+            return var
+        kind = random.OFFSET_PREFIX if name.startswith(random.OFFSET_PREFIX) else random.KEY_PREFIX
+        rank = ranks[kind] = ranks.get(kind, -1) + 1
+        return UOp.variable(f"{kind}{rank}", vmin, vmax, var.dtype)
+
+    found = structural_key(sink, by_rank)  # plygrad.ir's, so any layer keys a graph the same way
+    return Normalized(found.key, list(found.buffer_ids), found.bound_values(), found.variable_names())
 
 
 def _cached_schedule(key: UOp) -> bytes:
@@ -166,24 +197,33 @@ def capturing() -> Iterator[Capture]:
         _CAPTURE.reset(token)
 
 
+def current_capture() -> Capture | None:
+    """The Capture this thread is recording into, if any (TinyJit refuses to nest one recording in another)."""
+    return _CAPTURE.get()
+
+
 def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
     """Schedule and run `roots`; return the Buffer holding each root. `inputs` are the Buffers the graph reads."""
     unique = list(dict.fromkeys(roots))  # hash-consed: equal graphs are one node, realized once
     sink = UOp(Ops.SINK, dtypes.void, tuple(unique))
     by_id = {buf.id: buf for buf in inputs}
     plan: ExecPlan
+    vals: dict[str, int] | None = None
+    names: dict[str, str] | None = None
     if PLYGRAD_FORCE_BYTES.get():
-        plan = load_plan(find_scheduler()(serialize(sink, Stage.TENSOR)), f"scheduler {scheduler_name()!r}")
+        plan = load_plan(find_scheduler()(serialize(sink, Stage.TENSOR)), producer())
         given = by_id
     else:
-        key, ids = normalize(sink)
-        plan = load_plan(_cached_schedule(key), f"scheduler {scheduler_name()!r}")
-        given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(ids)}
+        norm = normalize(sink)
+        plan = load_plan(_cached_schedule(norm.key), producer())
+        given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(norm.ids)}
+        vals, names = norm.vals, norm.names
     flush_host_data(inputs)
+    plan.check_outputs(unique)
     bufs = plan.bind(given)
-    plan.execute(bufs)
+    plan.execute(bufs, vals)
     capture = _CAPTURE.get()
     if capture is not None:
-        capture.record(plan, bufs)
+        capture.record(plan, bufs, vals, names)
     by_root = {root: plan.output_buffer(bufs, n, given) for n, root in enumerate(unique)}
     return [by_root[root] for root in roots]

@@ -14,29 +14,41 @@ from typing import Any, Self, TypeAlias
 import numpy as np
 
 from plygrad.frontend import autograd, scheduling
-from plygrad.frontend.creation import CreationOps
+from plygrad.frontend.compat import CompatOps
+from plygrad.frontend.host_fp8 import fp8_bytes, fp8_values, is_fp8
 from plygrad.frontend.lazy import (
     DONE_ASSIGNS,
     PENDING_ASSIGNS,
     READERS,
     READERS_LOCK,
     Scalar,
-    base_of,
     buffer_view,
     placed,
     resolve_device,
     stop_gradient,
-    written_buffer,
 )
 from plygrad.frontend.modes import grad_mode, training_mode
-from plygrad.ir import DType, DTypeError, Ops, ShapeError, UOp, dtypes
+from plygrad.ir import (
+    DType,
+    DTypeError,
+    DTypeLike,
+    Ops,
+    ShapeError,
+    UOp,
+    dtypes,
+    strip_reshapes,
+    to_dtype,
+    written_buffer,
+)
 from plygrad.runtime import Buffer
 
-Data: TypeAlias = "Scalar | Sequence[Any] | np.ndarray[Any, Any]"
+Data: TypeAlias = "Scalar | bytes | Sequence[Any] | np.ndarray[Any, Any]"
 
 
 def _numpy_dtype(dtype: DType) -> np.dtype[Any]:
-    """The NumPy dtype holding `dtype`'s bytes (bfloat16, which NumPy lacks, travels as its uint16 bits)."""
+    """The NumPy dtype holding `dtype`'s bytes (bfloat16 and the fp8s, which NumPy lacks, travel as their bits)."""
+    if is_fp8(dtype):
+        return np.dtype(np.uint8)
     return np.dtype(np.uint16) if dtype is dtypes.bfloat16 else np.dtype(dtype.numpy_name)
 
 
@@ -60,7 +72,7 @@ def _fits(array: np.ndarray[Any, Any], dtype: DType) -> bool:
     return array.size == 0 or (dtype.min <= int(array.min()) and int(array.max()) <= dtype.max)
 
 
-class Tensor(CreationOps):
+class Tensor(CompatOps):
     """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]])`, `Tensor(np_array)`, `Tensor.rand(3, 4)`."""
 
     __slots__ = ()
@@ -69,20 +81,26 @@ class Tensor(CreationOps):
     # read and assign like class attributes: see plygrad.frontend.modes and docs/threads.md
     grad: Tensor | None
 
-    def __init__(self, data: Data | Tensor, dtype: DType | None = None, device: str | None = None,
+    def __init__(self, data: Data | Tensor, dtype: DTypeLike | None = None, device: str | None = None,
                  requires_grad: bool | None = None) -> None:
         self._requires_grad, self.grad = None, None
         self._init_data(data, dtype, device)
         if requires_grad is not None:
             self.requires_grad_(requires_grad)
 
-    def _init_data(self, data: Data | Tensor, dtype: DType | None, device: str | None) -> None:
+    def _init_data(self, data: Data | Tensor, dtype_like: DTypeLike | None, device: str | None) -> None:
+        dtype = None if dtype_like is None else to_dtype(dtype_like)  # a name fails here, at the call
         if isinstance(data, Tensor):
             moved = data.to(device) if device is not None else data
             moved = moved.cast(dtype) if dtype is not None else moved
             self.uop, self.device, self.inputs = moved.uop, moved.device, moved.inputs
             return
         self.device = resolve_device(device)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self._init_bytes(bytes(data), dtype or dtypes.uint8)
+            return
+        if isinstance(data, np.ndarray) and data.dtype.kind == "S":  # fixed-size byte strings: their bytes, as uint8
+            data = np.ascontiguousarray(data).view(np.uint8).reshape(*data.shape, data.dtype.itemsize)
         if isinstance(data, (bool, int, float)):
             self.uop, self.inputs = UOp.const(dtypes.from_py(data) if dtype is None else dtype, data), frozenset()
             return
@@ -95,10 +113,24 @@ class Tensor(CreationOps):
             elif array.dtype.kind in "iu" and _fits(array, dtypes.default_int):  # else int64, never wrapped
                 array = array.astype(_numpy_dtype(dtypes.default_int))
         dt = _plygrad_dtype(array) if dtype is None else dtype
-        host = _to_bfloat16_bits(array) if dt is dtypes.bfloat16 else array.astype(_numpy_dtype(dt), copy=False)
+        if is_fp8(dt):
+            host = fp8_bytes(array, dt)
+        else:
+            host = _to_bfloat16_bits(array) if dt is dtypes.bfloat16 else array.astype(_numpy_dtype(dt), copy=False)
         buf = Buffer(self.device, int(array.size), dt)
         scheduling.stage_host_data(buf, np.ascontiguousarray(host).tobytes())
         self.uop, self.inputs = buffer_view(buf, tuple(array.shape)), frozenset((buf,))
+        autograd.record_undecided(self)
+
+    def _init_bytes(self, raw: bytes, dtype: DType) -> None:
+        """Raw bytes as a 1-d tensor, reinterpreted as `dtype` (uint8 by default), as tinygrad's `Tensor(bytes)`."""
+        if len(raw) % dtype.itemsize:
+            raise ValueError(f"Tensor(bytes): {len(raw)} bytes are not a whole number of {dtype.name} elements "
+                             f"({dtype.itemsize} bytes each); pass dtype=dtypes.uint8 or trim the data")
+        buf = Buffer(self.device, len(raw) // dtype.itemsize, dtype)
+        scheduling.stage_host_data(buf, raw)
+        self.uop, self.inputs = buffer_view(buf, (buf.size,)), frozenset((buf,))
+        autograd.record_undecided(self)
 
     @staticmethod
     def scheduler(name: str) -> AbstractContextManager[None]:
@@ -129,7 +161,7 @@ class Tensor(CreationOps):
             claimed: set[int] = set()
             for t, out in zip(computed, outputs, strict=True):
                 own = out
-                if out.id in claimed and base_of(t.uop).op is not Ops.ASSIGN:
+                if out.id in claimed and strip_reshapes(t.uop).op is not Ops.ASSIGN:
                     # identical graphs are one hash-consed node, computed once; separate tensors still get
                     # separate memory, or an assign into one would change the other
                     own = Buffer(out.device, out.size, out.dtype).copyin(out.copyout())
@@ -143,7 +175,7 @@ class Tensor(CreationOps):
         done, and the target may be a view of part of `buf`). A tensor that requires grad (and is not a leaf) leaves
         its graph with autograd, which differentiates through it (`loss.item(); loss.backward()`)."""
         graph, inputs = self.uop, self.inputs
-        base = base_of(self.uop)
+        base = strip_reshapes(self.uop)
         if base.op is Ops.ASSIGN:
             DONE_ASSIGNS[base] = base.src[0]
             waiting = PENDING_ASSIGNS.get(written_buffer(base.src[0]).arg.id, [])
@@ -153,6 +185,7 @@ class Tensor(CreationOps):
             self.uop = buffer_view(buf, self.shape)
             if self._requires_grad and not autograd.is_leaf(self):
                 autograd.record_realized(self.uop, graph, inputs)
+            autograd.record_undecided(self)  # a realized undecided tensor is a leaf for tinygrad-style backward()
         self.inputs = frozenset((buf,))
 
     def to(self, device: str) -> Tensor:
@@ -171,11 +204,13 @@ class Tensor(CreationOps):
         return buf
 
     def numpy(self) -> np.ndarray[Any, Any]:
-        """The values as a NumPy array (realizing first); bfloat16 comes back as float32."""
+        """The values as a NumPy array (realizing first); bfloat16 and the fp8s come back as float32."""
         buf = self._buffer()
         array = np.frombuffer(buf.copyout(), dtype=_numpy_dtype(self.dtype)).reshape(self.shape)
         if self.dtype is dtypes.bfloat16:
             return (array.astype(np.uint32) << 16).view(np.float32)
+        if is_fp8(self.dtype):
+            return fp8_values(array, self.dtype)
         return array.copy()
 
     def tolist(self) -> Any:
@@ -230,7 +265,7 @@ class Tensor(CreationOps):
     def detach(self) -> Self:
         """The same values, cut from the graph: no gradient flows through the result (it shares this tensor's
         memory when realized, like PyTorch's)."""
-        uop = stop_gradient(self.uop) if self._requires_grad else self.uop
+        uop = self.uop if self._requires_grad is False else stop_gradient(self.uop)
         return self._make(uop, self.device, self.inputs, False)
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
@@ -247,7 +282,8 @@ class Tensor(CreationOps):
         keys = {t: tuple(dict.fromkeys((t.uop, autograd.unrealized(t.uop)[0]))) for t in targets}
         grads = autograd.compute_gradient(root, seed, {k for ks in keys.values() for k in ks})
         all_inputs = self.inputs | inputs | seed_inputs
-        requires_grad = bool(self._requires_grad) and not type(self).no_grad
+        requires_grad = None if self._requires_grad is None else bool(self._requires_grad)
+        requires_grad = False if type(self).no_grad else requires_grad
         out: list[Tensor] = []
         for t in targets:
             found = [grads[k] for k in keys[t] if k in grads]
@@ -272,17 +308,34 @@ class Tensor(CreationOps):
         return gradient.cast(self.dtype).uop, gradient.inputs
 
     def backward(self, gradient: Tensor | None = None) -> Self:
-        """Accumulate d self / d leaf into `.grad` of every leaf that requires grad and that this tensor depends on
-        (PyTorch's `backward`; `.grad` adds up across calls until reset to None). Lazy: the gradients are graphs
-        that run when realized (an optimizer step realizes them). Without `gradient` this tensor needs one element."""
-        if not self._requires_grad:
-            raise RuntimeError(f"backward: this tensor (shape {self.shape}) does not require grad: none of the tensors "
-                               "it is computed from has requires_grad=True (or it was computed under no_grad)")
+        """Accumulate d self / d leaf into `.grad` of the leaves this tensor depends on (`.grad` adds up across
+        calls until reset to None). Lazy: the gradients are graphs that run when realized (an optimizer step
+        realizes them). Without `gradient` this tensor needs one element.
+
+        Which leaves: when this tensor requires grad (some tensor on its path has requires_grad=True), exactly the
+        leaves that asked, as in PyTorch (an input batch left undecided gets no gradient, so a training step does not
+        compute one). When it is undecided (requires_grad None: nothing on its path asked, not everything opted
+        out), every realized floating-point tensor on its path that is undecided too, as tinygrad's backward does
+        (`x = Tensor([1., -2.]); (x * x).sum().backward(); x.grad`). A constant (nothing on its path can get a
+        gradient) raises RuntimeError."""
+        if self._requires_grad is False:
+            raise RuntimeError(f"backward: this tensor (shape {self.shape}) is a constant for autograd: every tensor "
+                               "it is computed from has requires_grad=False (or it was computed under no_grad, or it "
+                               "is not floating point); it does not require grad")
         root, _ = autograd.unrealized(self.uop)
         nodes = set(root.sparents())
         # valuerefs() copies the table in one step: iterating it while another thread makes a leaf would raise
-        found = (ref() for ref in autograd.LEAVES.valuerefs())
-        leaves = [t for t in found if isinstance(t, Tensor) and t._requires_grad and t.uop in nodes]
+        if self._requires_grad:
+            found = (ref() for ref in autograd.LEAVES.valuerefs())
+            leaves = [t for t in found if isinstance(t, Tensor) and t._requires_grad and t.uop in nodes]
+        else:
+            found = (ref() for ref in autograd.UNDECIDED.valuerefs())
+            leaves = [t for t in found if isinstance(t, Tensor) and t._requires_grad is None and t._is_realized()
+                      and t.dtype.is_float and t.uop in nodes]
+            if not leaves:
+                raise RuntimeError(f"backward: this tensor (shape {self.shape}) does not require grad and no realized "
+                                   "tensor it is computed from can get a gradient (it is computed from constants or "
+                                   "unrealized tensors only); create the inputs with requires_grad=True")
         if not leaves:
             self._seed(gradient)  # the same argument errors as when there are leaves
             return self
@@ -345,7 +398,7 @@ def _run_pending_assigns(tensors: Sequence[Tensor]) -> None:
 def _old_value_readers(computed: Sequence[Tensor]) -> list[Tensor]:
     """The live unrealized tensors that read, raw, a buffer one of `computed` assigns into (lazy.READERS): computed
     in the same schedule, before the write, they keep the values they were built from."""
-    written = {written_buffer(base.src[0]).arg.id for base in (base_of(t.uop) for t in computed)
+    written = {written_buffer(base.src[0]).arg.id for base in (strip_reshapes(t.uop) for t in computed)
                if base.op is Ops.ASSIGN}
     if not written:
         return []

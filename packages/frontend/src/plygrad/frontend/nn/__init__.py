@@ -39,6 +39,7 @@ __all__ = [
     "InstanceNorm",
     "LSTMCell",
     "LayerNorm",
+    "LayerNorm2d",
     "Linear",
     "RMSNorm",
     "optim",
@@ -246,6 +247,16 @@ class LayerNorm:
         if self.weight is None or self.bias is None:
             return x
         return x * self.weight + self.bias
+
+
+class LayerNorm2d(LayerNorm):
+    """LayerNorm over the channels of each pixel of an (N, C, H, W) input (ConvNeXt's channels-first LayerNorm):
+    `LayerNorm2d(C)` normalizes axis 1, with a weight and bias per channel (tinygrad's `nn.LayerNorm2d`)."""
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ShapeError(f"LayerNorm2d{self.normalized_shape}: input of shape {x.shape} needs (N, C, H, W)")
+        return super().__call__(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class GroupNorm:

@@ -1,5 +1,6 @@
-"""Tensors over host memory for the file readers of `nn.state`: a memory-mapped file, and a Tensor whose Buffer is
-filled from a view of it only when a realize needs it (so an unused tensor of a checkpoint costs nothing)."""
+"""Tensors over host memory for the file readers of `nn.state`: a memory-mapped file, a Tensor whose Buffer is
+filled from a view of it only when a realize needs it (so an unused tensor of a checkpoint costs nothing), and the
+bytes of a file given either by path or as a uint8 Tensor (tinygrad's readers take both)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 from plygrad.frontend import scheduling
 from plygrad.frontend.lazy import buffer_view, resolve_device
 from plygrad.frontend.tensor import Tensor
-from plygrad.ir import DType
+from plygrad.ir import DType, dtypes
 from plygrad.runtime import Buffer
 
 PathLike = str | os.PathLike[str]
@@ -32,3 +33,19 @@ def map_file(path: PathLike) -> memoryview:
         if os.fstat(f.fileno()).st_size == 0:
             return memoryview(b"")
         return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+
+
+def raw_bytes(t: Tensor) -> bytes:
+    """The tensor's values in row-major order as raw little-endian bytes (bfloat16 as its own bits)."""
+    return t._buffer().copyout()
+
+
+def source_bytes(fn: Tensor | PathLike, reader: str) -> tuple[memoryview, str]:
+    """The bytes of a file named by path (memory-mapped) or held in a 1-d uint8 Tensor (read back once), and a name
+    for error messages."""
+    if isinstance(fn, Tensor):
+        if fn.dtype is not dtypes.uint8 or fn.ndim != 1:
+            raise ValueError(f"{reader}: a Tensor source must hold the file's bytes (1-d uint8), got a "
+                             f"{fn.dtype.name} tensor of shape {fn.shape}")
+        return memoryview(raw_bytes(fn)), "<tensor>"
+    return map_file(fn), os.fspath(fn)

@@ -1,4 +1,5 @@
-"""Optimizers (SGD, Adam, AdamW, LAMB) and learning-rate schedules (PyTorch's semantics).
+"""Optimizers (SGD, Adam, AdamW, LAMB, LARS, Muon) with PyTorch's and tinygrad's semantics, and the learning-rate
+schedules (`schedules.py`, re-exported here as PyTorch's `torch.optim.lr_scheduler` names).
 
     opt = nn.optim.AdamW(nn.state.get_parameters(model), lr=1e-3)
     with Tensor.train():
@@ -7,10 +8,8 @@
         loss.backward()
         opt.step()
 
-`step()` builds every update as a graph and realizes the new parameters and the optimizer's state (momentum, Adam
-moments, ...) with `assign`, all in ONE schedule, so a step is one trip through the scheduler however many
-parameters there are. The learning rate is a 0-d Tensor (`opt.lr`) that the graph reads rather than a constant baked
-into it: a schedule writes a new value into it and the step graph, and so its compiled kernels, stay the same.
+Each optimizer only writes `_step`, the update of each parameter as a graph; the base (`optimizer.py`) assigns them
+and realizes the whole step, state included, in one schedule.
 """
 
 # The public signatures are tinygrad's and PyTorch's, positional arguments included, so ports keep working.
@@ -18,130 +17,38 @@ into it: a schedule writes a new value into it and the step graph, and so its co
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Sequence
 
-import numpy as np
-
+from plygrad.frontend.nn.optimizer import Optimizer, OptimizerGroup, new_state
+from plygrad.frontend.nn.schedules import (
+    CosineAnnealingLR,
+    ExponentialLR,
+    LambdaLR,
+    LRScheduler,
+    MultiStepLR,
+    OneCycleLR,
+    StepLR,
+)
 from plygrad.frontend.tensor import Tensor
-from plygrad.ir import DType, dtypes, least_upper_dtype
+from plygrad.ir import dtypes
 
-
-def _dedup(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """Distinct tensors in order, by identity (`==` on Tensors builds a comparison, so `in` cannot be used)."""
-    seen: set[int] = set()
-    out: list[Tensor] = []
-    for t in tensors:
-        if id(t) not in seen:
-            seen.add(id(t))
-            out.append(t)
-    return out
-
-
-def _state(specs: Sequence[tuple[tuple[int, ...], DType, float]], device: str) -> list[Tensor]:
-    """Realized state tensors (shape, dtype, initial value), each in a Buffer of its own.
-
-    Each starts as `empty().assign(value)`: identical lazy graphs (two `zeros(3).contiguous()`) are one hash-consed
-    node, which one realize would give one shared Buffer, and state updated in place must never share memory.
-    """
-    state = [Tensor.empty(*shape, dtype=dt, device=device).assign(value) for shape, dt, value in specs]
-    state[0].realize(*state[1:])
-    for t in state:
-        t.requires_grad_(False)
-    return state
-
-
-def _state_dtype(dt: DType) -> DType:
-    """Optimizer state is kept in at least float32, so half-precision parameters still accumulate accurately."""
-    return least_upper_dtype(dt, dtypes.float32) if dt.is_float else dtypes.float32
-
-
-class Optimizer:
-    """The base of every optimizer: holds the parameters and the learning rate; subclasses write `_step`.
-
-    Tensors in `params` whose `requires_grad` is False (running statistics) are not trained but are realized with
-    each step, so in-place updates made during the forward pass (BatchNorm's `assign`) land with it.
-    """
-
-    def __init__(self, params: Sequence[Tensor], lr: float, device: str | None = None) -> None:
-        if lr < 0:
-            raise ValueError(f"{type(self).__name__}: invalid learning rate {lr}; it must be >= 0")
-        self.params: list[Tensor] = _dedup([t for t in params if t.requires_grad is not False])
-        self.buffers: list[Tensor] = _dedup([t for t in params if t.requires_grad is False])
-        if not self.params:
-            raise ValueError(f"{type(self).__name__}: got no parameters to optimize (every tensor given has "
-                             "requires_grad=False, or the list is empty)")
-        for t in self.params:
-            if t.requires_grad is None:  # tinygrad's convention: an undecided tensor handed to an optimizer trains
-                t.requires_grad_(True)
-        self.device = self.params[0].device if device is None else device
-        self.initial_lr: float | None = None  # set by the first learning-rate schedule (PyTorch's 'initial_lr')
-        lr_dtype = least_upper_dtype(dtypes.default_float, dtypes.float32)
-        self.lr = Tensor(np.array(lr, dtype=np.float64), dtype=lr_dtype, device=self.device).requires_grad_(False)
-        # parameters start lazy (an init graph); the in-place update needs buffers to write into
-        lazy = [t for t in (*self.params, *self.buffers, self.lr) if not t._is_realized()]
-        if lazy:
-            lazy[0].realize(*lazy[1:])
-
-    def _zeros_like_params(self) -> list[Tensor]:
-        """One realized zero state tensor per parameter, in the parameter's state dtype, on the optimizer's device."""
-        return _state([(t.shape, _state_dtype(t.dtype), 0.0) for t in self.params], self.device)
-
-    def zero_grad(self) -> None:
-        """Forget the gradients (the next backward() starts fresh instead of adding)."""
-        for t in self.params:
-            t.grad = None
-
-    def step(self) -> None:
-        """One update of every parameter that has a gradient, realized in one schedule."""
-        tensors = self.schedule_step()
-        tensors[0].realize(*tensors[1:])
-
-    def schedule_step(self) -> list[Tensor]:
-        """Assign the updates (lazily) and return every tensor that must be realized to perform the step."""
-        live = [i for i, t in enumerate(self.params) if t.grad is not None]
-        updates, state = self._step(live)
-        for i, update in zip(live, updates, strict=True):
-            t = self.params[i]
-            t.assign((t.detach() - update).cast(t.dtype))
-        return [*state, *self.params, *self.buffers]
-
-    def _step(self, live: list[int]) -> tuple[list[Tensor], list[Tensor]]:
-        """The update (to subtract) of each parameter `self.params[i]` for i in `live`, and the state tensors the
-        step assigns into."""
-        raise NotImplementedError
-
-    def _grad(self, i: int) -> Tensor:
-        t = self.params[i]
-        assert t.grad is not None
-        return t.grad.detach().to(self.device).cast(_state_dtype(t.dtype))
-
-    def _value(self, i: int) -> Tensor:
-        t = self.params[i]
-        return t.detach().to(self.device).cast(_state_dtype(t.dtype))
-
-
-class OptimizerGroup(Optimizer):
-    """Several optimizers stepped as one (one schedule), e.g. Adam for some parameters and SGD for others."""
-
-    def __init__(self, *optimizers: Optimizer) -> None:  # no super().__init__: the members own the state
-        if not optimizers:
-            raise ValueError("OptimizerGroup needs at least one optimizer")
-        self.optimizers = optimizers
-        self.params = [t for o in optimizers for t in o.params]
-        self.buffers = [t for o in optimizers for t in o.buffers]
-
-    def __getitem__(self, i: int) -> Optimizer:
-        return self.optimizers[i]
-
-    def zero_grad(self) -> None:
-        for o in self.optimizers:
-            o.zero_grad()
-
-    def schedule_step(self) -> list[Tensor]:
-        return [t for o in self.optimizers for t in o.schedule_step()]
+__all__ = [
+    "LAMB",
+    "LARS",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "CosineAnnealingLR",
+    "ExponentialLR",
+    "LRScheduler",
+    "LambdaLR",
+    "MultiStepLR",
+    "Muon",
+    "OneCycleLR",
+    "Optimizer",
+    "OptimizerGroup",
+    "StepLR",
+]
 
 
 class SGD(Optimizer):
@@ -194,7 +101,7 @@ class LAMB(Optimizer):
         self.b1, self.b2, self.eps, self.weight_decay, self.adam = b1, b2, eps, weight_decay, adam
         self.l2_decay = False  # Adam's coupled (L2) decay adds to the gradient instead; see Adam
         # b1**t and b2**t for bias correction, advanced once per step
-        self.b1_t, self.b2_t = _state([((), dtypes.float32, 1.0)] * 2, self.device)
+        self.b1_t, self.b2_t = new_state([((), dtypes.float32, 1.0)] * 2, self.device)
         self.m = self._zeros_like_params()
         self.v = self._zeros_like_params()
 
@@ -240,183 +147,70 @@ class Adam(LAMB):
         self.l2_decay = True
 
 
-# ---- learning-rate schedules ------------------------------------------------------------------------------------
+class LARS(Optimizer):
+    """LARS (You et al. 2017, arXiv:1708.03888) with tinygrad's options, which also make it Muon's engine.
 
-def _members(optimizer: Optimizer) -> list[Optimizer]:
-    """The optimizers whose learning rates a schedule drives (PyTorch's param groups)."""
-    if isinstance(optimizer, OptimizerGroup):
-        return [m for o in optimizer.optimizers for m in _members(o)]
-    return [optimizer]
-
-
-class LRScheduler:
-    """The base of the schedules, with PyTorch's protocol: creating one sets the learning rate for epoch 0; each
-    `step()` advances `last_epoch` and writes `get_lr()` into the optimizers' `lr` Tensors.
-
-    Subclasses compute the learning rate in closed form from `base_lrs` and `last_epoch` (PyTorch's chained
-    updates give the same values, up to rounding, when nothing else changes the learning rate).
+    Per parameter p with gradient g: the trust ratio r = tcoef * |p| / (|g| + weight_decay * |p|) (1 where either
+    norm is 0; r = 1 when tcoef is 0); with `pre_wd`, g += weight_decay * p; `classic` scales g by r * lr before the
+    momentum, otherwise after it; momentum b = momentum * b + g, the step is g + momentum * b (`nesterov`) or b;
+    with `ns_coefficients` the step (as a (rows, -1) matrix) is orthogonalized by `ns_steps` Newton-Schulz
+    iterations; without `pre_wd` the decay is added after all that, decoupled: step += weight_decay * lr * p.
     """
 
-    def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
-        self.optimizer = optimizer
-        self.members = _members(optimizer)
-        if last_epoch == -1:
-            for o in self.members:
-                o.initial_lr = float(o.lr.item())
-        initial = [o.initial_lr for o in self.members]
-        if any(lr is None for lr in initial):
-            raise ValueError(f"{type(self).__name__}: last_epoch={last_epoch} resumes a schedule, but the optimizer "
-                             "has no initial_lr (create the schedule with last_epoch=-1 first)")
-        self.base_lrs: list[float] = [lr for lr in initial if lr is not None]
-        self.last_epoch = last_epoch
-        self._last_lr: list[float] = []
-        self.step()
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.9, weight_decay: float = 1e-4,
+                 ns_steps: int = 0, ns_coefficients: Sequence[float] | None = None, nesterov: bool = False,
+                 classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001, device: str | None = None) -> None:
+        name = type(self).__name__
+        if momentum < 0 or weight_decay < 0:
+            raise ValueError(f"{name}: momentum ({momentum}) and weight_decay ({weight_decay}) must be >= 0")
+        if nesterov and momentum == 0:
+            raise ValueError(f"{name}: nesterov momentum needs momentum > 0")
+        if ns_coefficients is not None and (ns_steps < 0 or not ns_coefficients):
+            raise ValueError(f"{name}: Newton-Schulz needs ns_steps >= 0 and at least one coefficient, got "
+                             f"ns_steps={ns_steps}, ns_coefficients={tuple(ns_coefficients)}")
+        super().__init__(params, lr, device)
+        self.momentum, self.wd, self.ns_steps = momentum, weight_decay, ns_steps
+        self.ns_coefficients = tuple(ns_coefficients) if ns_coefficients else None
+        self.nesterov, self.classic, self.pre_wd, self.tcoef = nesterov, classic, pre_wd, tcoef
+        self.b = self._zeros_like_params() if momentum else []
 
-    def get_lr(self) -> list[float]:
-        """The learning rate of each member optimizer at `self.last_epoch`."""
-        raise NotImplementedError
+    def _trust_ratio(self, p: Tensor, g: Tensor) -> Tensor | float:
+        if self.tcoef == 0:
+            return 1.0
+        p_norm, g_norm = p.square().sum().sqrt(), g.square().sum().sqrt()
+        ratio = p_norm * self.tcoef / (g_norm + p_norm * self.wd)
+        return (p_norm > 0).where((g_norm > 0).where(ratio, 1.0), 1.0)
 
-    def get_last_lr(self) -> list[float]:
-        """The learning rates the last `step()` set."""
-        return list(self._last_lr)
-
-    def step(self) -> None:
-        self.last_epoch += 1
-        self._last_lr = self.get_lr()
-        lrs = [o.lr.assign(o.lr.full_like(value)) for o, value in zip(self.members, self._last_lr, strict=True)]
-        lrs[0].realize(*lrs[1:])
-
-
-class LambdaLR(LRScheduler):
-    """lr = base_lr * lr_lambda(epoch); one function, or one per member optimizer."""
-
-    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
-                 last_epoch: int = -1) -> None:
-        n = len(_members(optimizer))
-        self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, Sequence) else [lr_lambda] * n
-        if len(self.lr_lambdas) != n:
-            raise ValueError(f"LambdaLR: got {len(self.lr_lambdas)} lr_lambdas for {n} optimizers")
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        return [base * f(self.last_epoch) for base, f in zip(self.base_lrs, self.lr_lambdas, strict=True)]
-
-
-class StepLR(LRScheduler):
-    """lr = base_lr * gamma ** (epoch // step_size)."""
-
-    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1) -> None:
-        if step_size <= 0:
-            raise ValueError(f"StepLR: step_size must be a positive int, got {step_size}")
-        self.step_size, self.gamma = step_size, gamma
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        return [base * self.gamma ** (self.last_epoch // self.step_size) for base in self.base_lrs]
+    def _step(self, live: list[int]) -> tuple[list[Tensor], list[Tensor]]:
+        updates: list[Tensor] = []
+        for i in live:
+            p, g = self._value(i), self._grad(i)
+            r = self._trust_ratio(p, g)
+            if self.pre_wd and self.wd > 0:
+                g = g + p * self.wd
+            if self.classic:
+                g = g * r * self.lr
+            if self.momentum:
+                b = self.b[i].assign(self.b[i] * self.momentum + g)
+                g = g + b * self.momentum if self.nesterov else b
+            if self.ns_coefficients:
+                matrix = g.reshape(g.shape[0], -1) if g.ndim else g.reshape(1, 1)
+                g = matrix.newton_schulz(self.ns_steps, self.ns_coefficients).reshape(g.shape)
+            if not self.classic:
+                g = g * r * self.lr
+            if not self.pre_wd and self.wd > 0:
+                g = g + p * self.lr * self.wd
+            updates.append(g)
+        return updates, self.b
 
 
-class MultiStepLR(LRScheduler):
-    """lr = base_lr * gamma ** (number of milestones <= epoch)."""
+class Muon(LARS):
+    """Muon (Jordan et al., kellerjordan.github.io/posts/muon; arXiv:2502.16982): SGD with Nesterov momentum whose
+    step is orthogonalized by Newton-Schulz iterations (each parameter's step as a (rows, -1) matrix), then scaled by
+    the learning rate, plus decoupled weight decay lr * weight_decay * p. tinygrad's signature and defaults."""
 
-    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
-                 last_epoch: int = -1) -> None:
-        self.milestones, self.gamma = sorted(milestones), gamma
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        passed = bisect.bisect_right(self.milestones, self.last_epoch)
-        return [base * self.gamma ** passed for base in self.base_lrs]
-
-
-class ExponentialLR(LRScheduler):
-    """lr = base_lr * gamma ** epoch."""
-
-    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
-        self.gamma = gamma
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        return [base * self.gamma ** self.last_epoch for base in self.base_lrs]
-
-
-class CosineAnnealingLR(LRScheduler):
-    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * epoch / T_max)) / 2 (SGDR without restarts; past T_max
-    the cosine keeps going, back up over the next T_max epochs, as in PyTorch)."""
-
-    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,  # noqa: N803 - PyTorch's name
-                 last_epoch: int = -1) -> None:
-        if T_max <= 0:
-            raise ValueError(f"CosineAnnealingLR: T_max must be a positive int, got {T_max}")
-        self.T_max, self.eta_min = T_max, eta_min
-        super().__init__(optimizer, last_epoch)
-
-    def get_lr(self) -> list[float]:
-        cosine = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
-        return [self.eta_min + (base - self.eta_min) * cosine for base in self.base_lrs]
-
-
-class OneCycleLR(LRScheduler):
-    """The 1cycle policy (Smith & Topin, arXiv:1708.07120): warm up from max_lr/div_factor to max_lr over
-    pct_start of the steps, then anneal to max_lr/div_factor/final_div_factor (three_phase: back to the start
-    first). Unlike PyTorch, `cycle_momentum` defaults to False and True is refused: momentum and betas here are
-    constants of the step graph, not tensors a schedule can change.
-    """
-
-    def __init__(self, optimizer: Optimizer, max_lr: float | Sequence[float], total_steps: int | None = None,
-                 epochs: int | None = None, steps_per_epoch: int | None = None, pct_start: float = 0.3,
-                 anneal_strategy: Literal["cos", "linear"] = "cos", cycle_momentum: bool = False,
-                 div_factor: float = 25.0, final_div_factor: float = 1e4, three_phase: bool = False,
-                 last_epoch: int = -1) -> None:
-        if cycle_momentum:
-            raise NotImplementedError("OneCycleLR: cycle_momentum=True is not supported (momentum is a constant of "
-                                      "the optimizer's step graph); pass cycle_momentum=False")
-        if total_steps is None:
-            if epochs is None or steps_per_epoch is None or epochs <= 0 or steps_per_epoch <= 0:
-                raise ValueError("OneCycleLR: give total_steps, or both epochs and steps_per_epoch (positive ints)")
-            total_steps = epochs * steps_per_epoch
-        if total_steps <= 0:
-            raise ValueError(f"OneCycleLR: total_steps must be a positive int, got {total_steps}")
-        if not 0 <= pct_start <= 1:
-            raise ValueError(f"OneCycleLR: pct_start must be in [0, 1], got {pct_start}")
-        if anneal_strategy not in ("cos", "linear"):
-            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
-        self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
-        members = _members(optimizer)
-        peaks = [float(max_lr)] * len(members) if isinstance(max_lr, (int, float)) else [float(v) for v in max_lr]
-        if len(peaks) != len(members):
-            raise ValueError(f"OneCycleLR: got {len(peaks)} max_lr values for {len(members)} optimizers")
-        self.max_lrs = peaks
-        self.initial_lrs = [peak / div_factor for peak in peaks]
-        self.min_lrs = [start / final_div_factor for start in self.initial_lrs]
-        warm_end = float(pct_start * total_steps) - 1
-        # (end step, which lr it starts from, which it ends at): 0 initial, 1 max, 2 min
-        self.phases: list[tuple[float, int, int]] = [(warm_end, 0, 1), (float(total_steps - 1), 1, 2)]
-        if three_phase:
-            self.phases = [(warm_end, 0, 1), (float(2 * pct_start * total_steps) - 2, 1, 0),
-                           (float(total_steps - 1), 0, 2)]
-        if last_epoch == -1:  # the cycle starts at max_lr / div_factor, whatever the optimizer was created with
-            lrs = [o.lr.assign(o.lr.full_like(start)) for o, start in zip(members, self.initial_lrs, strict=True)]
-            lrs[0].realize(*lrs[1:])
-        super().__init__(optimizer, last_epoch)
-
-    def _anneal(self, start: float, end: float, pct: float) -> float:
-        if self.anneal_strategy == "cos":
-            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
-        return (end - start) * pct + start
-
-    def get_lr(self) -> list[float]:
-        step = self.last_epoch
-        if step > self.total_steps:
-            raise ValueError(f"OneCycleLR: tried to step {step} times; the schedule has total_steps="
-                             f"{self.total_steps}")
-        lrs: list[float] = []
-        for k in range(len(self.members)):
-            points = (self.initial_lrs[k], self.max_lrs[k], self.min_lrs[k])
-            start_step = 0.0
-            for j, (end_step, start, end) in enumerate(self.phases):
-                if step <= end_step or j == len(self.phases) - 1:
-                    pct = (step - start_step) / (end_step - start_step)
-                    lrs.append(self._anneal(points[start], points[end], pct))
-                    break
-                start_step = end_step
-        return lrs
+    def __init__(self, params: Sequence[Tensor], lr: float = 0.001, momentum: float = 0.95, weight_decay: float = 0.1,
+                 ns_steps: int = 5, ns_coefficients: Sequence[float] = (3.4445, -4.775, 2.0315), nesterov: bool = True,
+                 device: str | None = None) -> None:
+        super().__init__(params, lr, momentum, weight_decay, ns_steps, ns_coefficients, nesterov, classic=False,
+                         pre_wd=False, tcoef=0.0, device=device)
