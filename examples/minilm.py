@@ -17,8 +17,7 @@ strictly, key for key:
 A sentence embedding is sentence-transformers' recipe for this model (its `modules.json`: Transformer, Pooling,
 Normalize): the mean of the last hidden states over the real tokens (padding weighted 0 by the attention mask), then
 divided by its L2 norm. Padding is honoured inside the encoder too: the mask goes to every attention as a boolean
-key mask, so a padded sentence gets the same embedding as the same sentence alone. The residual sums, LayerNorm
-outputs and GELU outputs are stored in buffers of their own (`materialized`), a scheduling hint explained there.
+key mask, so a padded sentence gets the same embedding as the same sentence alone.
 
 Used by examples/embed_sentences.py, tests/test_embed_sentences.py and bench/minilm_bench.py.
 """
@@ -77,20 +76,6 @@ class MiniLMConfig:
 
 
 # ---- the encoder ---------------------------------------------------------------------------------------------------
-def materialized(t: Tensor) -> Tensor:
-    """`t` computed into its own buffer (`contiguous()`), not fused into the kernels that read it.
-
-    A scheduling hint, not math: the default scheduler fuses an elementwise result into every consumer, also into a
-    matmul's reduce loop, where it is recomputed once per multiply-add. Left to it, the FFN's GELU is evaluated 384
-    times per element inside the down projection, and the residual stream (never stored) is rebuilt through all
-    earlier layers' LayerNorms inside every projection, so layer k costs O(k); a LayerNorm of a matmul is fused into
-    one kernel that redoes the matmul for each output. Storing the residual sums, the LayerNorm outputs and the GELU
-    output is what a hand-written BERT does; on the bench batch (8 x 21 tokens) it cut a forward about 6x and the
-    kernel count from 90 to 76 (12 per layer). Drop it when the scheduler weighs recomputation against a store.
-    """
-    return t.contiguous()
-
-
 class Embeddings:
     """LayerNorm(word[ids] + position[0..L-1] + token_type[type_ids])."""
 
@@ -103,7 +88,7 @@ class Embeddings:
     def __call__(self, input_ids: Tensor, token_type_ids: Tensor) -> Tensor:
         positions = Tensor.arange(input_ids.shape[1], dtype=dtypes.int32, device=input_ids.device)
         summed = self.word_embeddings(input_ids) + self.position_embeddings(positions).unsqueeze(0)
-        return materialized(self.LayerNorm(materialized(summed + self.token_type_embeddings(token_type_ids))))
+        return self.LayerNorm(summed + self.token_type_embeddings(token_type_ids))
 
 
 class SelfAttention:
@@ -134,7 +119,7 @@ class DenseResidualNorm:
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def __call__(self, x: Tensor, residual: Tensor) -> Tensor:
-        return materialized(self.LayerNorm(materialized(self.dense(x) + residual)))
+        return self.LayerNorm(self.dense(x) + residual)
 
 
 class Attention:
@@ -155,7 +140,7 @@ class Intermediate:
         self.approximate = GELU_VARIANTS[config.hidden_act]
 
     def __call__(self, x: Tensor) -> Tensor:
-        return materialized(self.dense(x).gelu(approximate=self.approximate))
+        return self.dense(x).gelu(approximate=self.approximate)
 
 
 class EncoderLayer:

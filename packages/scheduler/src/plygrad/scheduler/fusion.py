@@ -24,6 +24,8 @@ inline REDUCEs). The rules of the fusing scheduler:
 (Rule 5, several outputs in one kernel, is schedule.py's.)
 6. A wide concatenation (concat.py: at least CONCAT_MIN_PIECES zero-PADded pieces added up) is a root, written
    piece by piece into its slices rather than as one expression with a branch per piece.
+8. A value a REDUCE reads through an EXPAND, repeated so often that recomputing it costs more than
+   RECOMPUTE_BUDGET operations in all, is a root (recompute.py): `gelu(h) @ w`, a layernorm feeding a projection.
 7. No kernel inlines more than KERNEL_NODE_BUDGET tensor nodes (budget.py): where a region would, the largest
    values it fuses become roots, so a long elementwise chain is cut into kernels of bounded size.
 
@@ -45,6 +47,7 @@ from typing import Final
 from plygrad.ir import GroupOp, Ops, PatternMatcher, UOp, UPat, strip_reshapes
 from plygrad.scheduler.budget import KERNEL_NODE_BUDGET, split_oversized
 from plygrad.scheduler.concat import Concat, find_concat
+from plygrad.scheduler.recompute import realize_repeated
 
 _LEAVES = frozenset({Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
 
@@ -261,6 +264,11 @@ def _reduce_pass(ctx: Fusion) -> None:
         _decide(FUSE_REDUCES, reversed(ctx.order), ctx)
 
 
+def _recompute_pass(ctx: Fusion) -> None:
+    if ctx.fuse:
+        ctx.roots |= realize_repeated(ctx.order, ctx.roots)
+
+
 def _budget_pass(ctx: Fusion) -> None:
     if ctx.fuse:
         joins = frozenset().union(*(c.joins for c in ctx.concats.values()))
@@ -272,6 +280,7 @@ FUSION_PASSES: Final[list[tuple[str, Callable[[Fusion], None]]]] = [
     ("outputs", _outputs),        # rule 1
     ("realize", _realize_pass),   # rule 2, and the unfused scheduler's one kernel per op
     ("concats", _concat_pass),    # rule 6
+    ("recompute", _recompute_pass),  # rule 8, before rule 4: a REDUCE then fuses into the value realized over it
     ("reduces", _reduce_pass),    # rule 4
     ("budget", _budget_pass),     # rule 7
 ]
