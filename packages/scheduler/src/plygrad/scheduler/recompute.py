@@ -12,7 +12,8 @@ under it (below its movement ops) becomes a root when `f x cost > RECOMPUTE_BUDG
 evaluation of the value's fused region costs: one per ALU op, TRANSCENDENTAL_COST per transcendental, and per
 inlined REDUCE its trip count times its body. Cheap values stay fused where a memory pass would cost more than the
 repeats (`x * scale` feeding `@`, attention's `exp(s - max)` repeated once per head dimension), so a kernel count
-changes only where the repeats are real work.
+changes only where the repeats are real work. A REDUCE under the EXPAND is left to rule 4, which tells a
+statistic repeated along the loops inside it (softmax's row max, computed once per row) from a real repeat.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def realize_repeated(order: list[UOp], roots: set[UOp]) -> set[UOp]:
             if node.op is Ops.EXPAND:
                 repeats *= _repeats(node)
                 value = _below_views(node.src[0])
+                if value.op is Ops.REDUCE:  # rule 4's to decide: repeated along inner loops it is computed once
+                    continue
                 if value.op not in _LEAVES and value not in roots and value not in found \
                         and repeats > 1 and repeats * costs.of(value) > RECOMPUTE_BUDGET:
                     found.add(value)
