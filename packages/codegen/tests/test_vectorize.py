@@ -236,3 +236,24 @@ def test_mixed_kernels_match_scalar(name: str, kernel: UOp, opts: list[Opt]) -> 
     scalar_info = lower_uop(kernel, SCALAR, opts).arg
     vector_info = lower_uop(kernel, CPU, opts).arg
     assert (vector_info.ops, vector_info.mem) == (scalar_info.ops, scalar_info.mem)  # estimates count lanes
+
+
+def piecewise(n: int) -> UOp:
+    """out[i] = (a[i] < b[i]) | (a[i] == 0) ? a[i] * 2 : -b[i], then (out < 1) ^ (b[i] != b[i]) ? out : 1: float32
+    comparisons, their AND/OR/XOR and selects, which C renders as vectors of lane masks."""
+    out, a, b = param(0, dtypes.float32, n), param(1, dtypes.float32, n), param(2, dtypes.float32, n)
+    i = loop(n, 0)
+    x, y = load(a, i), load(b, i)
+    zero, one, two = (UOp.const(dtypes.float32, v) for v in (0.0, 1.0, 2.0))
+    first = (x.alu(Ops.CMPLT, y).alu(Ops.OR, x.alu(Ops.CMPEQ, zero))).alu(Ops.WHERE, x * two, y.alu(Ops.NEG))
+    cond = first.alu(Ops.CMPLT, one).alu(Ops.XOR, y.alu(Ops.CMPNE, y)).alu(Ops.AND, first.alu(Ops.CMPNE, zero))
+    return sink(UOp(Ops.END, dtypes.void, (store(out, i, cond.alu(Ops.WHERE, first, one)), i)))
+
+
+@pytest.mark.parametrize("width", [4, 8, 16])
+def test_comparisons_and_selects_are_lane_masks_with_the_scalar_bits(width: int) -> None:
+    kernel = piecewise(64)
+    expected, _ = run(kernel, SCALAR, [Opt(OptOps.UPCAST, 0, width)])
+    got, source = run(kernel, WIDE, [Opt(OptOps.UPCAST, 0, width)])
+    assert f"plygrad_float{width}_mask v" in source and " ? " not in source.split("{", 1)[1], source
+    assert_same_bits(got, expected, f"width {width}")

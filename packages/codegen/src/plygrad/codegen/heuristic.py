@@ -49,10 +49,11 @@ from typing import Final
 from plygrad.codegen.alignment import divides
 from plygrad.codegen.gpu import shared_output_ranges
 from plygrad.codegen.opts import kernel_ranges
+from plygrad.codegen.renderer.base import C_VECTOR_FORMS
 from plygrad.codegen.scope import loop_scopes
 from plygrad.codegen.tensor_core import choose_tensor_core_opts
 from plygrad.codegen.tiles import register_tile
-from plygrad.codegen.vectorize import VECTOR_DTYPES, VECTOR_OPS, lane_stride, vector_forms
+from plygrad.codegen.vectorize import MASK_OPS, VECTOR_DTYPES, VECTOR_OPS, lane_stride, vector_forms
 from plygrad.ir import AxisType, GroupOp, Ops, Opt, OptOps, PtrDType, Target, UOp, dtypes
 
 FULL_UNROLL_MAX: Final = 8
@@ -68,11 +69,15 @@ GPU_VECTOR_BYTES: Final = 16  # the widest access of a GPU thread (ld.global.v4.
 
 
 def scalar_ops(kernel: UOp) -> int:
-    """The value ops of `kernel` that an UPCAST would copy per lane (no vector form); index math is not counted."""
+    """The value ops of `kernel` that an UPCAST would copy per lane (no vector form in C: vectorize.py); index math
+    is not counted."""
     return sum(1 for n in kernel.toposort
                if n.op in GroupOp.ALU and n.dtype is not dtypes.index
                and not all(s.dtype is dtypes.index for s in n.src)
-               and not (n.op in VECTOR_OPS and n.dtype in VECTOR_DTYPES))
+               and not (n.op in VECTOR_OPS and n.dtype in VECTOR_DTYPES)
+               and (n.op, n.dtype) not in C_VECTOR_FORMS.math
+               and not (n.op in MASK_OPS and all(s.dtype in C_VECTOR_FORMS.masks or s.dtype is dtypes.bool
+                                                  for s in n.src)))
 
 
 def choose_opts(kernel: UOp, target: Target) -> list[Opt]:

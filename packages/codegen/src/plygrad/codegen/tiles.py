@@ -117,7 +117,9 @@ def register_tile(kernel: UOp, target: Target, width: int, *, scalar_ops: int, c
     # per tile (each more is `width` more scalar loads), as many rows as fit to share each gathered vector
     gathered = any(lane_stride(n.src[0].src[1], ranges[vector]) != 1
                    for n in _loads(red.src[0]) if _depends(n, ranges[vector]))
-    r_count, v_count = tile_shape(sized[row], 1 if gathered else panels, budget, max(scalar_ops, 1), copies_max)
+    # an op without a vector form is copied once per lane of every vector of the tile, not once per vector
+    copies = max(scalar_ops * width, 1)
+    r_count, v_count = tile_shape(sized[row], 1 if gathered else panels, budget, copies, copies_max)
     opts = [Opt(OptOps.UPCAST, vector, width)]
     if v_count > 1:
         opts.append(Opt(OptOps.UPCAST, vector, v_count))

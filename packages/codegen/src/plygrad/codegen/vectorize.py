@@ -12,7 +12,9 @@ graph over that axis `u` of k lanes. Every node gets one of three forms:
   value (a vector accumulator);
 - `Lanes`: k scalar nodes, exactly the copies scalar unrolling would make (`u` replaced by 0..k-1). Anything
   without a vector form stays this way (strided loads, loads gated by lane where the renderer lacks
-  `VectorForms.lane_gates`, casts, comparisons, integers, float16).
+  `VectorForms.lane_gates`, casts, integers, float16; comparisons and selects of dtypes without
+  `VectorForms.masks`). Where the renderer has masks (C: float32), a comparison is a `bool` vector of lane masks,
+  AND/OR/XOR combine them and a WHERE selects lanes by one.
 
 An op becomes a vector op only when one of its operands already is a vector; its other operands are packed
 (VECTORIZE of the lanes, or a broadcast of a shared scalar). A scalar use of a vector takes its lane with GEP. A
@@ -52,6 +54,8 @@ from plygrad.ir import DType, Ops, PtrDType, Target, UOp, dtypes
 VECTOR_DTYPES: Final = C_VECTOR_FORMS.alu
 # ops with a vector form, each lane computing exactly the scalar op
 VECTOR_OPS: Final = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX})
+# comparisons, their logic and selects: vectors of lane masks where the renderer has them (VectorForms.masks)
+MASK_OPS: Final = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.WHERE})
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,8 @@ class Vectorizer:
                 self.done[node] = self.reduce(node)
             elif node.op in VECTOR_OPS or (node.op, node.dtype) in self.forms.math:
                 self.done[node] = self.alu(node)
+            elif node.op in MASK_OPS:
+                self.done[node] = self.masked(node)
             else:
                 self.done[node] = self.lanes(node)
         return self.done[root]
@@ -233,6 +239,33 @@ class Vectorizer:
         if width == self.width:
             return pieces[0]
         return Lanes(tuple(UOp(Ops.GEP, node.dtype, (pieces[j // width],), (j % width,)) for j in range(self.width)))
+
+    def masked(self, node: UOp) -> Value:
+        """A comparison of `masks` dtype values as one vector of lane masks, AND/OR/XOR of mask vectors, and a
+        WHERE selecting lanes by one (VectorForms.masks); each lane is the scalar op's result, so the bits do not
+        change. Anything else (a mask from another dtype, a WHERE of a dtype without masks) stays lanes."""
+        values = [self.done[s] for s in node.src]
+        if not any(not isinstance(v, Lanes) and v.dtype.count > 1 for v in values):
+            return self.lanes(node)
+        if node.op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+            operand = node.src[0].dtype
+            if operand is not node.src[1].dtype or not self._has_masks(operand):
+                return self.lanes(node)
+            return UOp(node.op, dtypes.bool.vec(self.width), tuple(self.vector(v) for v in values))
+        if node.op is Ops.WHERE:
+            if node.src[1].dtype is not node.dtype or node.src[2].dtype is not node.dtype \
+                    or not self._has_masks(node.dtype) or not self._is_mask(values[0]):
+                return self.lanes(node)
+            return UOp(Ops.WHERE, node.dtype.vec(self.width), tuple(self.vector(v) for v in values))
+        if node.dtype is dtypes.bool and all(self._is_mask(v) for v in values):  # AND OR XOR of masks
+            return UOp(node.op, dtypes.bool.vec(self.width), tuple(self.vector(v) for v in values))
+        return self.lanes(node)
+
+    def _has_masks(self, dtype: DType) -> bool:
+        return dtype in self.forms.masks and alu_vectors(dtype, self.width, self.target)
+
+    def _is_mask(self, value: Value) -> bool:
+        return not isinstance(value, Lanes) and value.dtype == dtypes.bool.vec(self.width)
 
     def alu(self, node: UOp) -> Value:
         values = [self.done[s] for s in node.src]

@@ -161,6 +161,9 @@ class CFunction:
     def local_type(self, dtype: DType) -> str:
         """The C type of a local of `dtype`: `c_local`, or the vector type (declared once, with its helpers)."""
         if dtype.count > 1:
+            if dtype.scalar() is dtypes.bool:  # lane masks of float32 comparisons: their int32 mask type
+                self.vectors.add(dtypes.float32.vec(dtype.count))
+                return f"{vector_type(dtypes.float32.vec(dtype.count))}_mask"
             name = vector_type(dtype)
             self.vectors.add(dtype)
             return name
@@ -349,8 +352,8 @@ def _infix(r: CFunction, node: UOp, a: list[str]) -> str:
         return _division(r, node, a)
     if op in (Ops.SHL, Ops.SHR) and dtype is not dtypes.index:
         return _shift(r, node, a, sym)
-    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) or dtype is dtypes.index or dtype is dtypes.bool:
-        return expr
+    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ) or dtype is dtypes.index or dtype.scalar() is dtypes.bool:
+        return expr  # on vectors: lane masks (-1 or 0), combined bit by bit
     if dtype.kind is DTypeKind.FLOAT:
         return r.rounded(dtype, r.float_arith(op, dtype, a[0], a[1]))
     if op in _WRAPPING:
@@ -442,6 +445,9 @@ def _max(r: CFunction, node: UOp, a: list[str]) -> str:
 
 
 def _where(r: CFunction, node: UOp, a: list[str]) -> str:
+    if node.src[0].dtype.count > 1:  # select by lane masks, bit by bit (C has no `?:` of a vector condition)
+        mask = r.local_type(node.src[0].dtype)
+        return f"(({r.local_type(node.dtype)})(({a[0]} & ({mask}){a[1]}) | (~{a[0]} & ({mask}){a[2]})))"
     return f"({a[0]} ? {a[1]} : {a[2]})"
 
 
