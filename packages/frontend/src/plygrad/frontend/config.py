@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from plygrad.runtime.config import StrSetting
+from plygrad.ir.settings import StrSetting
 
 PLYGRAD_SCHEDULER: Final = StrSetting(
     "PLYGRAD_SCHEDULER", "default",

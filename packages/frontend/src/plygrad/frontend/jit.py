@@ -56,8 +56,7 @@ from plygrad.frontend import random, scheduling
 from plygrad.frontend.lazy import buffer_view
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError
-from plygrad.runtime import Buffer, Capture
-from plygrad.runtime.plan import copy_buffer
+from plygrad.runtime import Buffer, Capture, copy_buffer
 
 R = TypeVar("R")
 

@@ -36,10 +36,8 @@ from typing import Final
 from plygrad.frontend import config, random
 from plygrad.frontend.errors import SchedulerNotFoundError
 from plygrad.ir import Ops, Stage, UOp, dtypes, serialize, structural_key
-from plygrad.runtime import Buffer, Capture, ExecPlan, discovery, load_plan, lookup_buffer
-from plygrad.runtime.buffer import BytesLike
+from plygrad.runtime import Buffer, BytesLike, Capture, ExecPlan, discovery, load_plan, lookup_buffer, read_schedule
 from plygrad.runtime.config import PLYGRAD_FORCE_BYTES
-from plygrad.runtime.plan import read_schedule
 
 SCHEDULERS: Final = "plygrad.schedulers"
 ScheduleFn = Callable[[bytes], bytes]

@@ -3,11 +3,14 @@
 The backend registry (`Device`), runtime memory (`Buffer`), `run_linear` (a SCHEDULE-stage LINEAR in, its output
 buffers out), execution plans cached per schedule (`load_plan`, `ExecPlan`), recorded launches to replay over other
 buffers (`Capture`, what a jit builds on), the program cache, `GlobalCounters`, and the backend plugin API
-(`BackendDescriptor`, `Allocator`, `Compiler`, `Program`, `Backend`). Codegen and backends are found through
+(`BackendDescriptor`, `Allocator`, `Compiler`, `Program`, `Backend`), the settings it reads (`config`: each a
+documented `IntSetting`/`StrSetting`/... of plygrad.ir.settings), and what a frontend needs to run schedules and
+move data (`read_schedule`, `copy_buffer`, `BytesLike`). Codegen and backends are found through
 entry points, never imported by name.
 """
 
-from plygrad.runtime.buffer import Buffer, lookup_buffer
+from plygrad.runtime import config
+from plygrad.runtime.buffer import Buffer, BytesLike, lookup_buffer
 from plygrad.runtime.cache import PROGRAMS, CacheStats, ProgramCache
 from plygrad.runtime.capture import Capture
 from plygrad.runtime.counters import GlobalCounters
@@ -23,7 +26,7 @@ from plygrad.runtime.errors import (
     ScheduleError,
 )
 from plygrad.runtime.lowering import LoadedProgram, prepare_kernel
-from plygrad.runtime.plan import ExecPlan, clear_plans, load_plan
+from plygrad.runtime.plan import ExecPlan, clear_plans, copy_buffer, load_plan, read_schedule
 from plygrad.runtime.plugin import Allocator, Backend, BackendDescriptor, Compiler, Program
 
 __all__ = [
@@ -35,6 +38,7 @@ __all__ = [
     "BackendRecord",
     "BackendStatus",
     "Buffer",
+    "BytesLike",
     "CacheStats",
     "Capture",
     "CodegenError",
@@ -53,8 +57,11 @@ __all__ = [
     "ScheduleError",
     "canonical_device",
     "clear_plans",
+    "config",
+    "copy_buffer",
     "load_plan",
     "lookup_buffer",
     "prepare_kernel",
+    "read_schedule",
     "run_linear",
 ]
