@@ -93,6 +93,7 @@ class ExecPlan:
         self.outputs = outputs  # LINEAR.arg: the buffer id realizing each source of the tensor SINK
         self.slot_of = {slot.id: i for i, slot in enumerate(slots)}
         self.output_slots = tuple(self.slot_of.get(i, -1) for i in outputs)
+        self._checked: set[tuple[tuple[object, tuple[int, ...] | None], ...]] = set()  # check_outputs' passed roots
 
     @staticmethod
     def build(linear: UOp, producer: str | None = None) -> ExecPlan:
@@ -178,9 +179,14 @@ class ExecPlan:
     def check_outputs(self, roots: Sequence[UOp]) -> None:
         """With a known producer: the schedule names one buffer per tensor of the SINK `roots`, of its dtype and
         size (MalformedScheduleError naming the producer otherwise)."""
-        if self.producer is not None:
-            outputs = [None if i < 0 else (self.slots[i].dtype, self.slots[i].size) for i in self.output_slots]
-            plugin_output.check_outputs(outputs, roots, self.producer)
+        if self.producer is None:
+            return
+        seen = tuple((root.dtype, root.shape) for root in roots)  # all the check reads of the roots
+        if seen in self._checked:  # a cached plan run again for tensors of the same dtypes and shapes
+            return
+        outputs = [None if i < 0 else (self.slots[i].dtype, self.slots[i].size) for i in self.output_slots]
+        plugin_output.check_outputs(outputs, roots, self.producer)
+        self._checked.add(seen)
 
     @property
     def kernel_count(self) -> int:
