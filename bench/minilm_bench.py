@@ -23,7 +23,6 @@ such figure). No timing is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))  # minilm.py
 from minilm import SentenceEncoder, extract_packaged, l2_normalize, load_folder, mean_pool
-from ops_bench import SETTLE_S, median_seconds  # bench/, this script's folder
+from ops_bench import SETTLE_S, median_seconds, write_json  # bench/, this script's folder
 
 from plygrad.frontend import Tensor
 from plygrad.ir import Ops
@@ -157,12 +156,7 @@ def main() -> None:
             {"case": "minilm_kernels", "unit": "count", "lib": "plygrad", "median": kernels},
             {"case": "minilm_kernels", "unit": "count", "lib": "torch", "median": None},
         ]
-        text = json.dumps(rows, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+        write_json(rows, args.json)
 
 
 if __name__ == "__main__":

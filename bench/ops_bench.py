@@ -67,6 +67,16 @@ WORK: dict[str, tuple[str, str, float]] = {
 }
 
 
+def write_json(rows: list[dict[str, Any]], target: str) -> None:
+    """The figures as JSON rows into `target` ('-': standard output), for comparing runs across commits."""
+    text = json.dumps(rows, indent=1)
+    if target == "-":
+        print(text)
+    else:
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
 def median_seconds(fn: Runner, runs: int) -> float:
     fn()  # warm-up: compiles, fills caches
     times = []
@@ -238,12 +248,7 @@ def main() -> None:
     if args.json:
         rows = [{"case": case, "unit": WORK[case][1], "lib": lib, "median": results[lib][case]}
                 for case in cases for lib in LIBRARIES]
-        text = json.dumps(rows, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
+        write_json(rows, args.json)
 
 
 if __name__ == "__main__":

@@ -38,10 +38,10 @@ from typing import Any, Final
 import numpy as np
 
 from plygrad.ir import DType, GroupOp, KernelInfo, Ops, Stage, UOp, dtypes, verify
+from plygrad.ir.scalar import threefry2x32
 
 Array = np.ndarray[Any, Any]
 GARBAGE: Final = 77  # what a new buffer holds before any kernel writes it
-_MASK32: Final = np.uint64(0xFFFFFFFF)
 
 
 class ExecutionError(Exception):
@@ -67,25 +67,12 @@ def _mod(a: Array, b: Array) -> Array:
     return np.where(b == 0, np.zeros((), a.dtype), a - b * _idiv(a, b)).astype(a.dtype)
 
 
-def _rotl32(x: Array, r: int) -> Array:
-    return ((x << np.uint64(r)) | (x >> np.uint64(32 - r))) & _MASK32
-
-
 def _threefry(counter: Array, key: Array) -> Array:
-    """Threefry-2x32, 20 rounds, elementwise on uint64 words (the IR's `THREEFRY`, plygrad.ir.scalar)."""
-    counter, key = np.asarray(counter, np.uint64), np.asarray(key, np.uint64)
-    k0, k1 = key & _MASK32, (key >> np.uint64(32)) & _MASK32
-    ks = (k0, k1, k0 ^ k1 ^ np.uint64(0x1BD11BDA))
-    x0 = ((counter & _MASK32) + ks[0]) & _MASK32
-    x1 = (((counter >> np.uint64(32)) & _MASK32) + ks[1]) & _MASK32
-    rotations = ((13, 15, 26, 6), (17, 29, 16, 24))
-    for group in range(5):
-        for r in rotations[group % 2]:
-            x0 = (x0 + x1) & _MASK32
-            x1 = _rotl32(x1, r) ^ x0
-        x0 = (x0 + ks[(group + 1) % 3]) & _MASK32
-        x1 = (x1 + ks[(group + 2) % 3] + np.uint64(group + 1)) & _MASK32
-    return np.asarray((x1 << np.uint64(32)) | x0)
+    """Threefry-2x32 elementwise on uint64 words: the IR's own scalar function (plygrad.ir.scalar), one element at a
+    time (the conformance graphs are small; one definition of the cipher, not a second vectorized copy)."""
+    pairs = np.broadcast_arrays(np.asarray(counter, np.uint64), np.asarray(key, np.uint64))
+    out = [threefry2x32(int(c), int(k)) for c, k in zip(pairs[0].ravel(), pairs[1].ravel(), strict=True)]
+    return np.array(out, np.uint64).reshape(pairs[0].shape)
 
 
 _ALU: Final[dict[Ops, Callable[..., Any]]] = {
@@ -109,6 +96,18 @@ def alu(op: Ops, dt: DType, xs: list[Array]) -> Array:
             return np.asarray(_BOOL_ALU[op](*xs))
         out = np.asarray(_ALU[op](*xs))
         return out if op in GroupOp.Comparison else out.astype(np_dtype(dt))
+
+
+_VALUE_OPS: Final = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+
+
+def value_op(n: UOp, vals: dict[UOp, Array]) -> Array:
+    """An ALU op, CAST or BITCAST of `n`'s sources' arrays (the same in the reference and in a kernel)."""
+    if n.op is Ops.CAST:
+        return cast(vals[n.src[0]], n.dtype)
+    if n.op is Ops.BITCAST:
+        return bitcast(vals[n.src[0]], n.dtype)
+    return alu(n.op, n.src[0].dtype if n.op in GroupOp.Comparison else n.dtype, [vals[s] for s in n.src])
 
 
 def cast(x: Array, to: DType) -> Array:
@@ -182,12 +181,8 @@ def reference(graph: UOp, buffers: Mapping[int, Array]) -> tuple[list[Array], di
             vals[n] = np.array(bound[0], np_dtype(n.dtype))
         elif op in GroupOp.Movement:
             vals[n] = view(vals[n.src[0]], op, n.arg)
-        elif op in GroupOp.ALU:
-            vals[n] = alu(op, n.src[0].dtype if op in GroupOp.Comparison else n.dtype, [vals[s] for s in n.src])
-        elif op is Ops.CAST:
-            vals[n] = cast(vals[n.src[0]], n.dtype)
-        elif op is Ops.BITCAST:
-            vals[n] = bitcast(vals[n.src[0]], n.dtype)
+        elif op in _VALUE_OPS:
+            vals[n] = value_op(n, vals)
         elif op is Ops.REDUCE:
             vals[n] = reduce_axes(n.arg[0], vals[n.src[0]], n.arg[1], n.dtype)
         elif op in (Ops.CONTIGUOUS, Ops.COPY):
@@ -236,12 +231,8 @@ def run_kernel(body: UOp, arrays: list[Array], variables: Mapping[str, int], whe
             vals[n] = np.arange(sizes[axis_of[n]], dtype=np.int64).reshape(shape)
         elif op is Ops.DEFINE_VAR:
             vals[n] = np.array(variables[n.arg[0]], np_dtype(n.dtype)).reshape((1,) * nd)
-        elif op in GroupOp.ALU:
-            vals[n] = alu(op, n.src[0].dtype if op in GroupOp.Comparison else n.dtype, [vals[s] for s in n.src])
-        elif op is Ops.CAST:
-            vals[n] = cast(vals[n.src[0]], n.dtype)
-        elif op is Ops.BITCAST:
-            vals[n] = bitcast(vals[n.src[0]], n.dtype)
+        elif op in _VALUE_OPS:
+            vals[n] = value_op(n, vals)
         elif op is Ops.LOAD:
             index = n.src[0]
             param = index.src[0].arg
