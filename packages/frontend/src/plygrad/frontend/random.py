@@ -22,6 +22,7 @@ names) for a TinyJit recording.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import Iterator
@@ -115,6 +116,12 @@ def counter(n: int, dtype: DType, device: str) -> UOp:
     """The values 0..n-1 of `dtype` as a shape (n,) graph (see the module docstring); `device` is unused by the
     graph (constants have none) but kept so callers state where the result lives."""
     del device
+    return _counter(n, dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _counter(n: int, dtype: DType) -> UOp:
+    """counter's graph, built once per size and dtype (an `arange` per Embedding call rebuilt ~4 nodes per bit)."""
     if n <= 1:
         return const_uop(dtype, 0, (n,))
     k = (n - 1).bit_length()
