@@ -5,7 +5,8 @@ Nothing on Linux compiles or runs Metal Shading Language, so this is the stronge
 
 1. **Lower** each kernel for `Target.metal("apple7")` (what plygrad-metal starts from). A kernel touching float64
    is counted as unsupported, not lowered: Metal has no float64, and codegen refuses it on that target (the frontend
-   user gets that error). Any other lowering error is a problem.
+   user gets that error); likewise the fp8 types (`Target.metal`'s supported_dtypes). Any other lowering error is a
+   problem.
 2. **Lint** every program (packages/codegen/tests/metal_emu.py: no `double`, `long long`, CUDA words; the buffer
    bindings the launcher makes) and **syntax-check** the distinct sources with clang++ `-fsyntax-only` against
    metal_syntax.h, which declares only the Metal built-ins the renderer uses, with Metal's address spaces as clang
@@ -46,7 +47,7 @@ class MetalReport:
     """What the Metal check found: problems (one line each) and counts for the summary."""
 
     kernels: int = 0
-    unsupported: int = 0  # kernels touching float64, which Metal does not have
+    unsupported: int = 0  # kernels touching float64 or an fp8 type, which Metal does not have
     syntax_checked: int = 0  # distinct sources through clang's syntax check
     emulated: int = 0
     cooperative: int = 0  # emulated kernels with threadgroup barriers
@@ -57,15 +58,18 @@ class MetalReport:
 
     def summary(self) -> str:
         phases = ", ".join(f"{phase} {seconds:.1f} s" for phase, seconds in self.seconds.items())
-        return (f"Metal: {self.kernels - self.unsupported} kernels lowered ({self.unsupported} use float64, which "
-                f"Metal lacks), {self.syntax_checked} distinct sources syntax-checked by {self.compiler or 'nothing'}, "
+        return (f"Metal: {self.kernels - self.unsupported} kernels lowered ({self.unsupported} use float64 or fp8, "
+                f"which Metal lacks), {self.syntax_checked} distinct sources syntax-checked by "
+                f"{self.compiler or 'nothing'}, "
                 f"{self.emulated} emulated and matching the CPU backend ({self.cooperative} with barriers), "
                 f"{self.too_big} too big to emulate{'; ' + phases if phases else ''}")
 
 
-def _uses_float64(kernel: UOp) -> bool:
-    return any((n.dtype.base if isinstance(n.dtype, PtrDType) else n.dtype) is dtypes.float64
-               for n in kernel.toposort)
+def _uses_unsupported(kernel: UOp) -> bool:
+    """Whether the kernel touches a dtype Metal lacks (float64, the fp8s: `Target.metal`'s supported_dtypes)."""
+    supported = set(metal_target().supported_dtypes)
+    scalars = {(n.dtype.base if isinstance(n.dtype, PtrDType) else n.dtype).scalar() for n in kernel.toposort}
+    return any(d not in supported for d in scalars - {dtypes.void, dtypes.index})
 
 
 def check_metal(kernels: Sequence[UOp], seed: int = 0) -> MetalReport:
@@ -81,7 +85,7 @@ def check_metal(kernels: Sequence[UOp], seed: int = 0) -> MetalReport:
     started = time.perf_counter()
     lowered: list[tuple[UOp, Any]] = []
     for kernel in kernels:
-        if _uses_float64(kernel):
+        if _uses_unsupported(kernel):
             report.unsupported += 1
             continue
         name = str(getattr(kernel.arg, "name", "") or "kernel")
