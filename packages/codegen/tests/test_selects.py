@@ -1,5 +1,5 @@
-"""relu's select, as the frontend spells it, is vector code in C (lane masks: vectorize.py, VectorForms.masks) with
-the select's value for every input, NaN and signed zeros included."""
+"""relu's select becomes a MAX (selects.py) with the select's value for every input, NaN and signed zeros included,
+and so takes the vector form; a negative-zero constant keeps the select."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ def relu_like(c: float) -> UOp:
 
 
 @pytest.mark.parametrize("c", [0.0, 1.5, -2.0, -0.0])
-def test_relu_select_is_vector_code_with_every_value(c: float) -> None:
+def test_relu_select_as_max_keeps_every_value(c: float) -> None:
     program = lower_uop(relu_like(c), Target("CPU", "c"))
     source = program.src[0].arg
-    assert "plygrad_float8_mask v" in source and " ? " not in source.split("{", 1)[1], source
+    assert ("= plygrad_max_float" in source) == (c != 0 or np.copysign(1, c) > 0), source
     x = np.random.default_rng(0).standard_normal(N).astype(np.float32)
     x[:8] = [0.0, -0.0, np.nan, -np.inf, np.inf, c, -c, 1e-45]
     out = np.zeros(N, np.float32)

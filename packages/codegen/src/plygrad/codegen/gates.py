@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from plygrad.codegen.selects import select_to_max
 from plygrad.ir import DTypeKind, Ops, PatternMatcher, UOp, UPat, counter_bits, dtypes, symbolic
 
 
@@ -32,5 +33,6 @@ gate_folding: Final = PatternMatcher([
     (UPat(Ops.LOAD, src=(_gated,), name="ld", allow_any_len=True), load_false_gate),
 ], name="gate_folding")
 
-# counter_bits: `arange` back to the loop variable, for gather.py (plygrad.ir.symbolic says why it is separate)
-simplify_rules: Final = symbolic + counter_bits + gate_folding
+# counter_bits: `arange` back to the loop variable, for gather.py (plygrad.ir.symbolic says why it is separate);
+# select_to_max: relu's select as a MAX, which has a vector form (selects.py)
+simplify_rules: Final = symbolic + counter_bits + gate_folding + select_to_max

@@ -49,6 +49,7 @@ from typing import Final
 from plygrad.codegen.alignment import divides
 from plygrad.codegen.gpu import shared_output_ranges
 from plygrad.codegen.opts import kernel_ranges
+from plygrad.codegen.renderer.base import C_VECTOR_FORMS
 from plygrad.codegen.scope import loop_scopes
 from plygrad.codegen.tensor_core import choose_tensor_core_opts
 from plygrad.codegen.tiles import register_tile
@@ -67,16 +68,16 @@ SCALAR_COPIES_MAX: Final = 256  # scalar op copies an UPCAST may make (a 500-op 
 GPU_VECTOR_BYTES: Final = 16  # the widest access of a GPU thread (ld.global.v4.b32): wider UPCASTs only add registers
 
 
-def scalar_ops(kernel: UOp, target: Target) -> int:
-    """The value ops of `kernel` that an UPCAST would copy per lane (no vector form in the target's renderer:
-    vectorize.py); index math is not counted."""
-    forms = vector_forms(target)
+def scalar_ops(kernel: UOp) -> int:
+    """The value ops of `kernel` that an UPCAST would copy per lane (no vector form in C: vectorize.py); index math
+    is not counted."""
     return sum(1 for n in kernel.toposort
                if n.op in GroupOp.ALU and n.dtype is not dtypes.index
                and not all(s.dtype is dtypes.index for s in n.src)
-               and not (n.op in VECTOR_OPS and n.dtype in forms.alu)
-               and (n.op, n.dtype) not in forms.math
-               and not (n.op in MASK_OPS and all(s.dtype in forms.masks or s.dtype is dtypes.bool for s in n.src)))
+               and not (n.op in VECTOR_OPS and n.dtype in VECTOR_DTYPES)
+               and (n.op, n.dtype) not in C_VECTOR_FORMS.math
+               and not (n.op in MASK_OPS and all(s.dtype in C_VECTOR_FORMS.masks or s.dtype is dtypes.bool
+                                                  for s in n.src)))
 
 
 def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
@@ -90,7 +91,7 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
     work = 1  # loop iterations of the whole kernel, before any split
     for size in sized.values():
         work *= max(size, 1)
-    scalar = scalar_ops(kernel, target)
+    scalar = scalar_ops(kernel)
     if reduces and outputs:  # matmul-shaped: register tiles, cache blocks, threads over panels (tiles.py)
         width = vector_width(kernel, ranges[outputs[-1]], target)
         tiled = None

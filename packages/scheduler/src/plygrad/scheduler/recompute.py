@@ -73,9 +73,8 @@ class _Costs:
             if not self.reads[cur]:
                 self.known[cur] = 0
             elif cur.op is Ops.REDUCE:
-                before, after = cur.src[0].shape, cur.shape
-                trips = math.prod(before) // max(math.prod(after), 1) if before and after else 1
-                self.known[cur] = trips * (inner + 1)
+                size = cur.src[0].shape and cur.shape and math.prod(cur.src[0].shape) // max(math.prod(cur.shape), 1)
+                self.known[cur] = (int(size or 1)) * (inner + 1)
             elif cur.op in _TRANSCENDENTAL:
                 self.known[cur] = inner + TRANSCENDENTAL_COST
             elif cur.op in GroupOp.Movement:
