@@ -90,3 +90,19 @@ def test_a_fused_softmax_shares_its_output_loop_over_the_workgroup() -> None:
         plugin.uninstall()
     report = plugin.check_recorded()
     assert report.kernels >= 3 and report.cooperative >= 3 and not report.problems, report.problems
+
+
+def test_a_store_under_an_empty_loop_never_runs_on_any_target() -> None:
+    """A kernel whose outer output loop has end 0 writes nothing. The symbolic rules pin that loop's variable to 0
+    (a RANGE of end 0 has bounds [0, 0]), so the store no longer depends on it; codegen must drop the store, not
+    hoist it out of the empty loop (the GPU lowering used to write row 0: found by the schedule fuzzer's mutated
+    loops, tests/test_schedule_fuzz.py)."""
+    from plygrad.ir import Ops, UOp
+
+    x = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4)).realize()
+    linear = (x.pad(((1, 2), (0, 1))) + 1).schedule()
+    body = next(c.src[0] for c in linear.src if c.src[0].op is Ops.SINK)
+    outer = min((n for n in body.toposort if n.op is Ops.RANGE), key=lambda r: int(r.arg[0]))
+    empty = body.substitute({outer: UOp.range(0, outer.arg[0], outer.arg[1])})
+    report = GpuCheck().check([empty])
+    assert report.emulated == 1 and not report.problems, report.problems
