@@ -2,7 +2,7 @@
 semantics): `loss.backward(); opt.step(); loss.item()` gives the loss of the parameters the step started from, and a
 gradient kept across the step is the gradient of those parameters. Realizing an ASSIGN computes, in the same
 schedule and before the write, every live unrealized tensor that reads the buffer's old values (frontend
-`_old_value_readers`)."""
+realization.py, `_old_value_readers`)."""
 
 from __future__ import annotations
 

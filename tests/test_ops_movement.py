@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 from torch_compare import compare
 
-from plygrad.frontend import Tensor, dtypes
+from plygrad.frontend import Tensor, dtypes, pool
 from plygrad.ir import ShapeError
 
 Array = np.ndarray[Any, Any]
@@ -41,7 +41,7 @@ def test_pool_matches_numpy_sliding_windows(data: st.DataObject) -> None:
     dilation = tuple(data.draw(st.integers(1, 2)) for _ in range(dims))
     spatial = tuple(d * (n - 1) + 1 + data.draw(st.integers(0, 4)) for n, d in zip(k, dilation, strict=True))
     x = np.arange(int(np.prod((*batch, *spatial))), dtype=np.int32).reshape(*batch, *spatial)
-    got = Tensor(x)._pool(k, stride, dilation)
+    got = pool._pool(Tensor(x), k, stride, dilation)
     want = _windows(x, k, stride, dilation)
     assert got.shape == want.shape
     np.testing.assert_array_equal(got.numpy(), want)
@@ -49,13 +49,13 @@ def test_pool_matches_numpy_sliding_windows(data: st.DataObject) -> None:
 
 def test_pool_int_stride_and_dilation_apply_to_every_axis() -> None:
     x = np.arange(2 * 9 * 8, dtype=np.float32).reshape(2, 9, 8)
-    got = Tensor(x)._pool((3, 2), stride=2, dilation=2).numpy()
+    got = pool._pool(Tensor(x), (3, 2), stride=2, dilation=2).numpy()
     np.testing.assert_array_equal(got, _windows(x, (3, 2), (2, 2), (2, 2)))
 
 
 def test_pool_is_a_view_fused_into_one_kernel() -> None:
     x = Tensor(np.arange(30, dtype=np.float32).reshape(5, 6))
-    windows = x._pool((2, 3), stride=(1, 2)).add(1.0)
+    windows = pool._pool(x, (2, 3), stride=(1, 2)).add(1.0)
     assert len(windows.schedule().src) == 1
 
 
@@ -63,7 +63,7 @@ def test_pool_is_a_view_fused_into_one_kernel() -> None:
                                                         ((4,), 1, 2), ((2,), (1, 1), 1)])
 def test_pool_rejects_windows_that_do_not_fit(k: tuple[int, ...], stride: Any, dilation: Any) -> None:
     with pytest.raises(ShapeError, match="_pool"):
-        Tensor(np.zeros((2, 6), np.float32))._pool(k, stride, dilation)
+        pool._pool(Tensor(np.zeros((2, 6), np.float32)), k, stride, dilation)
 
 
 # ---- the other movement ops against PyTorch --------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch_compare import compare, to_torch
 
-from plygrad.frontend import Tensor, dtypes, scan
+from plygrad.frontend import Tensor, dtypes, sort
 from plygrad.ir import ShapeError
 
 FEW = settings(max_examples=5, deadline=None)
@@ -315,7 +315,7 @@ def test_sort_handles_infinities_and_extreme_integers() -> None:
 
 def test_bitonic_sort_for_long_axes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Long axes sort with a bitonic network (padded to a power of two); forced here on small shapes."""
-    monkeypatch.setattr(scan, "PAIRWISE_SORT_LIMIT", 0)
+    monkeypatch.setattr(sort, "PAIRWISE_SORT_LIMIT", 0)
     compare(lambda t: t.sort(1), torch_sort(1, False), ties((3, 7), "bitonic", nan=True))
     ints = (ties((3, 7), "bitonic ints") * 1000).astype(np.int32)
     compare(lambda t: t.topk(2, 0), lambda t: tuple(r[:2] for r in torch_sort(0, True)(t)), ints)  # stable ties

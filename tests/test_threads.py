@@ -18,6 +18,7 @@ import pytest
 from plygrad.frontend import Tensor, no_grad, scheduling
 from plygrad.frontend.jit import JitError, TinyJit
 from plygrad.frontend.nn import optim
+from plygrad.frontend.realize_state import STATE
 from plygrad.runtime.testing import fine_thread_switching
 
 Array = np.ndarray[Any, Any]
@@ -165,7 +166,7 @@ def test_the_scheduler_chosen_in_one_thread_is_not_used_by_another() -> None:
     a = np.arange(12, dtype=np.float32)
 
     def kernels_of(name: str) -> None:
-        with scheduling.capturing() as capture:
+        with STATE.capturing() as capture:
             out = ((Tensor(a) + 1) * 2).numpy()
         np.testing.assert_allclose(out, (a + 1) * 2)
         seen[name] = (scheduling.scheduler_name(), capture.kernel_count)

@@ -12,6 +12,7 @@ import pytest
 
 from plygrad.frontend import Tensor, enable_grad, no_grad, random, scheduling
 from plygrad.frontend.jit import JitError, TinyJit
+from plygrad.frontend.realize_state import STATE
 from plygrad.runtime.testing import fine_thread_switching
 
 WAIT_S = 60.0
@@ -73,14 +74,14 @@ def test_capturing_in_one_thread_is_not_current_in_another() -> None:
     current: dict[str, object] = {}
 
     def recorder() -> None:
-        with scheduling.capturing() as capture:
+        with STATE.capturing() as capture:
             steps[0].set()
             steps[1].wait(WAIT_S)
-            current["recorder"] = scheduling._CAPTURE.get() is capture
+            current["recorder"] = STATE.capture() is capture
 
     def other() -> None:
         steps[0].wait(WAIT_S)
-        current["other"] = scheduling._CAPTURE.get()
+        current["other"] = STATE.capture()
         steps[1].set()
 
     _run(recorder, other)

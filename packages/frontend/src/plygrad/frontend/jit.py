@@ -8,7 +8,7 @@
         return loss
 
 The first call runs the function as written (kernels get compiled). The second runs it again while recording every
-schedule run (`scheduling.capturing`: each plan with the Buffers it ran on). Every later call only replays the
+schedule run (`realize_state.STATE.capturing`: each plan with the Buffers it ran on). Every later call only replays the
 recorded kernels (`plygrad.runtime.Capture.replay`) with the new Tensor arguments' Buffers in place of the recorded
 ones: no graph is built, nothing is scheduled, nothing is lowered, no Buffer is allocated.
 
@@ -52,8 +52,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from plygrad.frontend import random, scheduling
+from plygrad.frontend import random
 from plygrad.frontend.lazy import buffer_view
+from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError
 from plygrad.runtime import Buffer, Capture, copy_buffer
@@ -264,7 +265,7 @@ class TinyJit(Generic[R]):
                 "TinyJit (e.g. TinyJit(fn) per thread), or call it from one thread at a time")
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        if scheduling.current_capture() is not None:
+        if STATE.capture() is not None:
             raise JitError(f"TinyJit {self._name}: called while another TinyJit records in this thread; the inner "
                            "one's kernels would not be part of the outer recording. Call the inner function "
                            "without TinyJit, or jit only the outer one")
@@ -292,7 +293,7 @@ class TinyJit(Generic[R]):
 
     def _record(self, found: list[tuple[str, Tensor]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
         epoch = random.seed_epoch()
-        with random.logging_draws() as draws, scheduling.capturing() as capture:
+        with random.logging_draws() as draws, STATE.capturing() as capture:
             result = self._run(args, kwargs)
         if random.seed_epoch() != epoch:
             raise JitError(f"TinyJit {self._name}: manual_seed was called while the function was recorded; a replay "

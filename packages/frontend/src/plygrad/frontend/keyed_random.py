@@ -10,28 +10,27 @@ hold at most 2**32 - 1 words, as in tinygrad, so the same (key, counter, num) gi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
+from plygrad.frontend import elementwise
 from plygrad.ir import DTypeError, Ops, ShapeError, dtypes
 
 if TYPE_CHECKING:
-    from plygrad.frontend.creation import CreationOps
-
-T = TypeVar("T", bound="CreationOps")
+    from plygrad.frontend.tensor import Tensor
 
 CHUNK = 2**32 - 1
 
 
-def _threefry_words(key: T, low: T, high: T) -> T:
+def _threefry_words(key: Tensor, low: Tensor, high: Tensor) -> Tensor:
     """Threefry of the 64-bit counters high:low under key[1]:key[0], as the uint32 words low halves ++ high halves."""
     wide = dtypes.uint64
     counters = high.cast(wide).lshift(32).bitwise_or(low.cast(wide))
     key64 = key[1:2].cast(wide).lshift(32).bitwise_or(key[0:1].cast(wide))._broadcast_to(counters.shape)
-    hashed = counters._alu(Ops.THREEFRY, key64)
+    hashed = elementwise._alu(counters, Ops.THREEFRY, key64)
     return hashed.cast(dtypes.uint32).cat(hashed.rshift(32).cast(dtypes.uint32))
 
 
-def _checked(t: T, what: str) -> T:
+def _checked(t: Tensor, what: str) -> Tensor:
     if t.shape != (2,):
         raise ShapeError(f"random_bits: {what} must have shape (2,) (low and high uint32 words), got {t.shape}")
     if t.dtype.is_float or t.dtype.is_bool:
@@ -39,13 +38,13 @@ def _checked(t: T, what: str) -> T:
     return t.cast(dtypes.uint32)
 
 
-def random_bits(key: T, counter: T, num: int) -> T:
+def random_bits(key: Tensor, counter: Tensor, num: int) -> Tensor:
     """`num` uint32 random words for `key` and `counter` (see the module docstring)."""
     if type(num) is not int or num < 0:
         raise ValueError(f"random_bits: num must be an int >= 0, got {num!r}")
     key, counter = _checked(key, "key"), _checked(counter, "counter")
     low, high = counter[0:1], counter[1:2]
-    chunks: list[T] = []
+    chunks: list[Tensor] = []
     for start in range(0, num, CHUNK):
         n = min(num - start, CHUNK)
         chunk_low = low.add(start & 0xFFFFFFFF)

@@ -4,21 +4,19 @@ A tensor is a node of a lazy graph: nothing runs until `realize()`. The graph na
 `BufferRef` id and the runtime tracks Buffers weakly, so each tensor also holds strong references to the Buffers its
 graph reads (`inputs`): a buffer lives exactly as long as some tensor can still read it.
 
-The op layers stack on this class in one line (`elementwise` -> `movement` -> `reduce` -> `scan` -> `indexing` ->
-`activations` -> `nn_ops` -> `creation` -> `tensor`), each file one
-kind of op, so each stays small and a method of a lower layer is always available to a higher one.
+`Tensor` (tensor.py) is this class plus the ops, which are functions in modules by idea (elementwise.py, conv.py,
+...) bound as its methods; docs/frontend.md has the map.
 """
 
 from __future__ import annotations
 
-import atexit
 import math
-import threading
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Final, Self, TypeAlias
+from typing import TYPE_CHECKING, Final, Self, TypeAlias, TypeGuard
 
 from plygrad.frontend.modes import ModeFlags
+from plygrad.frontend.realize_state import STATE
 from plygrad.ir import (
     ConstType,
     DType,
@@ -33,6 +31,9 @@ from plygrad.ir import (
 )
 from plygrad.runtime import BackendError, Buffer, Device, canonical_device
 from plygrad.runtime.config import PLYGRAD_DEVICE
+
+if TYPE_CHECKING:
+    from plygrad.frontend.tensor import Tensor
 
 Scalar: TypeAlias = bool | int | float
 
@@ -128,10 +129,16 @@ def broadcast_uop(x: UOp, shape: tuple[int, ...]) -> UOp:
     return movement(x, Ops.EXPAND, shape) if padded != shape else x
 
 
-class LazyTensor(metaclass=ModeFlags):
-    """The lazy graph node behind a Tensor; the op methods live in the layers above.
+def is_tensor(obj: object) -> TypeGuard[Tensor]:
+    """Whether `obj` is a Tensor: the op modules ask this without importing tensor.py, which imports them (every
+    LazyTensor is made through Tensor, so the two are one test)."""
+    return isinstance(obj, LazyTensor)
 
-    Autograd state lives here too, so every op layer propagates it through `_new`: `requires_grad` (None: not
+
+class LazyTensor(metaclass=ModeFlags):
+    """The lazy graph node behind a Tensor; the ops are bound onto Tensor from their modules.
+
+    Autograd state lives here too, so every op propagates it through `_new`: `requires_grad` (None: not
     decided, the default of new tensors; True: gradients flow to this tensor; False: they do not) and `grad` (filled
     by `backward()`).
     """
@@ -153,8 +160,7 @@ class LazyTensor(metaclass=ModeFlags):
         obj.uop, obj.device, obj.inputs = uop, device, frozenset(inputs)
         obj._requires_grad, obj.grad = requires_grad, None
         if obj.inputs:
-            with READERS_LOCK:
-                READERS.add(obj)
+            STATE.add_reader(obj)
         return obj
 
     def _new(self, uop: UOp, *others: LazyTensor) -> Self:
@@ -236,9 +242,7 @@ class LazyTensor(metaclass=ModeFlags):
         else:
             self.uop = UOp(Ops.ASSIGN, self.dtype, (target, new_uop))
             self.inputs = self.inputs | value.inputs
-            waiting = PENDING_ASSIGNS.setdefault(written_buffer(target).arg.id, [])
-            if not any(t is self for t in waiting):
-                waiting.append(self)
+            STATE.record_assign(written_buffer(target).arg.id, self)
         self._requires_grad = requires_grad
         return self
 
@@ -307,22 +311,6 @@ class LazyTensor(metaclass=ModeFlags):
 
 
 _WRITABLE_VIEWS: Final = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP})
-
-# In-place writes, so that every reader of a buffer sees them once, in order (docs/autograd.md, "assign"):
-# PENDING_ASSIGNS: buffer id -> tensors holding an ASSIGN into it not yet run (held strongly: `x[1:3].assign(v)`
-# drops its tensor at once, and the write must still happen). realize() runs these first for any buffer it reads.
-# DONE_ASSIGNS: ASSIGN nodes already run -> their target view; a graph built while one was pending still holds it,
-# and realize() replaces it by the view so the write is not done twice.
-# READERS: every live tensor whose graph reads a Buffer. Before an ASSIGN into a buffer runs, realize() computes
-# the unrealized ones that read the buffer's old values in the same schedule (the scheduler runs raw reads before
-# the write), so `y = (w * 2).sum(); w.assign(w + 1).realize(); y.item()` gives the value from before the write,
-# as PyTorch does (a loss read after `opt.step()`, a gradient kept across it).
-READERS: Final[weakref.WeakSet[LazyTensor]] = weakref.WeakSet()
-READERS_LOCK: Final = threading.Lock()  # a WeakSet may not grow while another thread copies it
-PENDING_ASSIGNS: Final[dict[int, list[LazyTensor]]] = {}
-DONE_ASSIGNS: Final[weakref.WeakKeyDictionary[UOp, UOp]] = weakref.WeakKeyDictionary()
-atexit.register(PENDING_ASSIGNS.clear)  # its tensors' Buffers must go before shutdown tears down the backends
-
 
 def buffer_target(uop: UOp) -> UOp | None:
     """The view of a Buffer that an assign into `uop` writes through (its pending ASSIGN's target if it has one),

@@ -19,7 +19,7 @@ columns the left vectors and the accumulated rotations the right vectors. A wide
 transposed. Columns of a rank-deficient input whose singular value is 0 come back as zero vectors in U (tinygrad
 does the same); the reconstruction `U @ diag(S) @ Vh` is still exact.
 
-Newton-Schulz (`Tensor.newton_schulz`): the odd-polynomial iteration `G <- sum_i p_i (G G^T)^i G` from a
+Newton-Schulz (`Tensor.newton_schulz`): the odd-polynomial iteration `G <- sum_i p_i (G G^Tensor)^i G` from a
 Frobenius-normalized start, which drives the singular values of G towards 1 (the orthogonalization used by the Muon
 optimizer).
 """
@@ -27,44 +27,43 @@ optimizer).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from plygrad.frontend import creation, elementwise, indexing
 from plygrad.ir import ShapeError
 
 if TYPE_CHECKING:
-    from plygrad.frontend.creation import CreationOps
-
-T = TypeVar("T", bound="CreationOps")
+    from plygrad.frontend.tensor import Tensor
 
 # Sweeps of one-sided Jacobi: convergence is quadratic once the columns are nearly orthogonal, and this many sweeps
 # take float32 matrices of the sizes a frontend decomposes (up to a few hundred columns) to rounding level.
 JACOBI_SWEEPS = 8
 
 
-def _matrix_shape(x: CreationOps, op: str) -> tuple[tuple[int, ...], int, int]:
+def _matrix_shape(x: Tensor, op: str) -> tuple[tuple[int, ...], int, int]:
     if x.ndim < 2:
         raise ShapeError(f"{op}: expected a matrix or a batch of matrices (at least 2 axes), got shape {x.shape}")
     return x.shape[:-2], x.shape[-2], x.shape[-1]
 
 
-def _float_input(x: T) -> T:
-    return x._float_input()
+def _float_input(x: Tensor) -> Tensor:
+    return elementwise._float_input(x)
 
 
-def _eye(x: T, n: int, batch: tuple[int, ...]) -> T:
+def _eye(x: Tensor, n: int, batch: tuple[int, ...]) -> Tensor:
     """The n x n identity in x's dtype and device, broadcast over `batch`."""
     return x.eye(n, dtype=x.dtype, device=x.device)._broadcast_to((*batch, n, n))
 
 
-def qr(x: T) -> tuple[T, T]:
+def qr(x: Tensor) -> tuple[Tensor, Tensor]:
     """The complete QR factorization of the last two axes: Q (..., m, m) orthogonal, R (..., m, n) upper
     triangular, with Q @ R == x (see the module docstring)."""
     a = _float_input(x)
     batch, m, n = _matrix_shape(a, "qr")
     r, q = a, _eye(a, m, batch)
-    rows = a._counter(m)
+    rows = creation._counter(a, m)
     for k in range(min(m - 1, n)):
         below = rows.ge(k)
         column = below.where(r[..., k], 0.0)  # (..., m): column k from the diagonal down
@@ -94,7 +93,7 @@ def _round_robin(n: int) -> list[list[tuple[int, int]]]:
     return rounds
 
 
-def _selectors(x: T, n: int, pairs: Sequence[tuple[int, int]]) -> tuple[T, T, T]:
+def _selectors(x: Tensor, n: int, pairs: Sequence[tuple[int, int]]) -> tuple[Tensor, Tensor, Tensor]:
     """Constant 0/1 matrices picking a round's first columns (n, h), second columns (n, h), and keeping the
     unpaired columns (n, n)."""
     first = np.zeros((n, len(pairs)), np.float64)
@@ -103,12 +102,12 @@ def _selectors(x: T, n: int, pairs: Sequence[tuple[int, int]]) -> tuple[T, T, T]
     for i, (a, b) in enumerate(pairs):
         first[a, i], second[b, i] = 1.0, 1.0
         keep[a, a] = keep[b, b] = 0.0
-    as_tensor = (x._from_host(m, x.dtype) for m in (first, second, keep))
+    as_tensor = (indexing._from_host(x, m, x.dtype) for m in (first, second, keep))
     sel_a, sel_b, kept = as_tensor
     return sel_a, sel_b, kept
 
 
-def _jacobi_round(uv: T, n: int, sel_a: T, sel_b: T, kept: T) -> T:
+def _jacobi_round(uv: Tensor, n: int, sel_a: Tensor, sel_b: Tensor, kept: Tensor) -> Tensor:
     """One round of disjoint Jacobi rotations on `uv`, U (first n rows) stacked on V (last n rows): each pair (a, b)
     of U's columns is made orthogonal, and the same rotation turns V's columns (one update for both)."""
     pa, pb = uv.matmul(sel_a), uv.matmul(sel_b)  # (..., 2n, h): the paired columns
@@ -125,7 +124,7 @@ def _jacobi_round(uv: T, n: int, sel_a: T, sel_b: T, kept: T) -> T:
     return uv.matmul(kept).add(new_a.matmul(sel_a.T)).add(new_b.matmul(sel_b.T))
 
 
-def _svd_tall(a: T, full_matrices: bool) -> tuple[T, T, T]:
+def _svd_tall(a: Tensor, full_matrices: bool) -> tuple[Tensor, Tensor, Tensor]:
     """SVD of (..., m, n) with m >= n: QR, then one-sided Jacobi on the n x n triangle."""
     batch, m, n = _matrix_shape(a, "svd")
     q, r = qr(a)
@@ -146,7 +145,7 @@ def _svd_tall(a: T, full_matrices: bool) -> tuple[T, T, T]:
     return left, s, v.transpose(-1, -2)
 
 
-def svd(x: T, full_matrices: bool = True) -> tuple[T, T, T]:
+def svd(x: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
     """`(U, S, Vh)` with x == U @ diag(S) @ Vh and S descending (see the module docstring). With
     `full_matrices` U is (..., m, m) and Vh (..., n, n); without, (..., m, k) and (..., k, n), k = min(m, n)."""
     a = _float_input(x)
@@ -157,9 +156,9 @@ def svd(x: T, full_matrices: bool = True) -> tuple[T, T, T]:
     return vh.transpose(-1, -2), s, u.transpose(-1, -2)
 
 
-def newton_schulz(x: T, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> T:
-    """`steps` iterations of G <- sum_i params[i] * (G @ G^T)^i @ G, from G = x / (|x|_F + eps) (tinygrad's
-    `newton_schulz`). A tall input is iterated transposed, so G @ G^T is the smaller Gram matrix."""
+def newton_schulz(x: Tensor, steps: int, params: Sequence[float], eps: float = 1.0e-7) -> Tensor:
+    """`steps` iterations of G <- sum_i params[i] * (G @ G^Tensor)^i @ G, from G = x / (|x|_F + eps) (tinygrad's
+    `newton_schulz`). A tall input is iterated transposed, so G @ G^Tensor is the smaller Gram matrix."""
     _matrix_shape(x, "newton_schulz")
     if steps < 0 or not params:
         raise ValueError(f"newton_schulz: need steps >= 0 and at least one coefficient, got steps={steps}, "

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from plygrad.ir import ShapeError
 
 if TYPE_CHECKING:
-    from plygrad.frontend.movement import MovementOps
-
-T = TypeVar("T", bound="MovementOps")
+    from plygrad.frontend.tensor import Tensor
 
 ELLIPSIS = "..."
 _TOKEN = re.compile(r"\.\.\.|…|\(|\)|[^\s()]+")
@@ -138,7 +136,7 @@ def _axis_sizes(left: Side, shape: tuple[int, ...], sizes: dict[str, int], patte
     return known
 
 
-def rearrange(x: T, pattern: str, **sizes: int) -> T:
+def rearrange(x: Tensor, pattern: str, **sizes: int) -> Tensor:
     """`x` rearranged by the einops `pattern` (see the module docstring)."""
     left, right = parse(pattern)
     unused = sorted(set(sizes) - set(_names(left)))

@@ -14,7 +14,7 @@ scheduler keeps none): it sits before the serialization and the plugin call, so 
 chosen. With PLYGRAD_FORCE_BYTES on, every realize serializes the real graph, schedules it and decodes the
 schedule, as if each layer ran in another process: the reference the cached path is tested against.
 
-`capturing()` records every plan run inside the block into a `plygrad.runtime.Capture` (what `TinyJit` replays).
+A TinyJit recording (`realize_state.STATE.capturing()`) gets every plan run inside it, with its Buffers.
 
 Threads (docs/threads.md): the chosen scheduler and the capture being recorded are the calling thread's own
 (`contextvars`), so one thread's `use_scheduler` or TinyJit recording never reaches the schedules another thread
@@ -25,8 +25,6 @@ missing the same entry at once both schedule it (the same bytes) rather than one
 from __future__ import annotations
 
 import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,8 +33,9 @@ from typing import Final
 
 from plygrad.frontend import config, random
 from plygrad.frontend.errors import SchedulerNotFoundError
+from plygrad.frontend.realize_state import STATE
 from plygrad.ir import Ops, Stage, UOp, dtypes, serialize, structural_key
-from plygrad.runtime import Buffer, BytesLike, Capture, ExecPlan, discovery, load_plan, lookup_buffer, read_schedule
+from plygrad.runtime import Buffer, ExecPlan, discovery, load_plan, lookup_buffer, read_schedule
 from plygrad.runtime.config import PLYGRAD_FORCE_BYTES
 
 SCHEDULERS: Final = "plygrad.schedulers"
@@ -47,26 +46,12 @@ _CHOSEN: Final[ContextVar[str | None]] = ContextVar("plygrad_scheduler", default
 _LOADED: dict[str, ScheduleFn] = {}
 _PRODUCERS: dict[str, str] = {}  # name -> how errors name the plugin (entry point, distribution), found with it
 _LOADING: Final = threading.Lock()  # one thread imports a scheduler plugin; the others wait and use it
-# host bytes waiting to be copied into a Buffer: a Tensor made from data allocates nothing until it is realized,
-# so graphs can be built (and tested) without any backend installed
-_PENDING: Final[weakref.WeakKeyDictionary[Buffer, BytesLike]] = weakref.WeakKeyDictionary()
-# held from taking a Buffer's staged data until it is copied in: a thread realizing another graph over the same
-# Buffer must not launch on it in between (it would read memory the copy has not filled yet)
-_FLUSHING: Final = threading.Lock()
-
-# (scheduler callable, normalized SINK) -> the schedule's bytes; the runtime caches the plan of those bytes
-_SCHEDULES: Final[OrderedDict[tuple[ScheduleFn, UOp], bytes]] = OrderedDict()
-MAX_SCHEDULES: Final = 2048
-_SCHEDULES_LOCK: Final = threading.Lock()
-# this thread's innermost `capturing` block: every run of this thread is recorded there, and only there
-_CAPTURE: Final[ContextVar[Capture | None]] = ContextVar("plygrad_capture", default=None)
 
 
 def _forget_plugins() -> None:
     _LOADED.clear()
     _PRODUCERS.clear()
-    with _SCHEDULES_LOCK:
-        _SCHEDULES.clear()
+    STATE.forget_schedules()
 
 
 discovery.on_change(_forget_plugins)
@@ -109,20 +94,6 @@ def producer() -> str:
     """How errors caused by the current scheduler's output name it (plygrad.runtime.plugin_output)."""
     name = scheduler_name()
     return _PRODUCERS.get(name) or f"scheduler {name!r}"
-
-
-def stage_host_data(buf: Buffer, data: BytesLike) -> None:
-    """Remember `data` as `buf`'s contents; it is copied in the first time a realize needs the buffer."""
-    _PENDING[buf] = data
-
-
-def flush_host_data(buffers: Sequence[Buffer]) -> None:
-    """Copy staged host data into those of `buffers` that still have some, under `_FLUSHING` (see there)."""
-    with _FLUSHING:
-        for buf in buffers:
-            data = _PENDING.pop(buf, None)
-            if data is not None:
-                buf.copyin(data)
 
 
 def schedule_bytes(roots: Sequence[UOp]) -> bytes:
@@ -170,34 +141,7 @@ def _cached_schedule(key: UOp) -> bytes:
 
     Keyed by the loaded scheduler callable, not its name: finding it is a dict lookup, and a scheduler that is
     swapped or uninstalled (discovery clears `_LOADED`) is never answered for by another one's cached schedules."""
-    schedule = find_scheduler()
-    cache_key = (schedule, key)
-    with _SCHEDULES_LOCK:
-        data = _SCHEDULES.get(cache_key)
-    if data is None:
-        data = schedule(serialize(key, Stage.TENSOR))
-        with _SCHEDULES_LOCK:
-            _SCHEDULES[cache_key] = data
-            if len(_SCHEDULES) > MAX_SCHEDULES:
-                _SCHEDULES.popitem(last=False)
-    return data
-
-
-@contextmanager
-def capturing() -> Iterator[Capture]:
-    """Record every schedule run of this thread inside the block (its plan and Buffers) into the Capture this
-    yields; runs of other threads are not recorded."""
-    capture = Capture()
-    token = _CAPTURE.set(capture)
-    try:
-        yield capture
-    finally:
-        _CAPTURE.reset(token)
-
-
-def current_capture() -> Capture | None:
-    """The Capture this thread is recording into, if any (TinyJit refuses to nest one recording in another)."""
-    return _CAPTURE.get()
+    return STATE.schedule(find_scheduler(), key)
 
 
 def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
@@ -216,11 +160,11 @@ def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
         plan = load_plan(_cached_schedule(norm.key), producer())
         given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(norm.ids)}
         vals, names = norm.vals, norm.names
-    flush_host_data(inputs)
+    STATE.flush(inputs)
     plan.check_outputs(unique)
     bufs = plan.bind(given)
     plan.execute(bufs, vals)
-    capture = _CAPTURE.get()
+    capture = STATE.capture()
     if capture is not None:
         capture.record(plan, bufs, vals, names)
     by_root = {root: plan.output_buffer(bufs, n, given) for n, root in enumerate(unique)}

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from plygrad.frontend import scheduling
 from plygrad.frontend.lazy import buffer_view, resolve_device
+from plygrad.frontend.realize_state import STATE
 from plygrad.ir import DType, DTypeError, ShapeError, dtypes
 from plygrad.runtime import Buffer
 
@@ -89,5 +89,5 @@ def from_blob(cls: type[Tensor], ptr: int | ctypes.c_void_p, shape: Sequence[int
         raise ValueError(f"from_blob: a null pointer cannot hold {count} elements of {dt.name}")
     buf = Buffer(resolve_device(device), count, dt)
     if count:
-        scheduling.stage_host_data(buf, ctypes.string_at(address, count * dt.itemsize))
+        STATE.stage(buf, ctypes.string_at(address, count * dt.itemsize))
     return cls._make(buffer_view(buf, dims), buf.device, (buf,))

@@ -7,22 +7,42 @@ realized tensor then points at its output Buffer (a BUFFER + RESHAPE node) and h
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any, Self, TypeAlias
+from typing import Any
 
 import numpy as np
 
-from plygrad.frontend import autograd, scheduling
-from plygrad.frontend.compat import CompatOps
-from plygrad.frontend.host_fp8 import fp8_bytes, fp8_values, is_fp8
+from plygrad.frontend import (
+    activations,
+    attention,
+    autograd,
+    casts,
+    compat,
+    conv,
+    creation,
+    elementwise,
+    host,
+    indexing,
+    losses,
+    movement,
+    norm,
+    pool,
+    random_ops,
+    realization,
+    reduce,
+    resample,
+    scan,
+    scheduling,
+    setitem,
+    transcendental,
+)
+from plygrad.frontend import gather as gather_ops  # the modules named like one of their methods
+from plygrad.frontend import linear as linear_ops
+from plygrad.frontend import sort as sort_ops
 from plygrad.frontend.lazy import (
-    DONE_ASSIGNS,
-    PENDING_ASSIGNS,
-    READERS,
-    READERS_LOCK,
+    LazyTensor,
     Scalar,
-    buffer_view,
     placed,
     resolve_device,
     stop_gradient,
@@ -35,44 +55,11 @@ from plygrad.ir import (
     Ops,
     ShapeError,
     UOp,
-    dtypes,
-    strip_reshapes,
-    to_dtype,
-    written_buffer,
 )
 from plygrad.runtime import Buffer
 
-Data: TypeAlias = "Scalar | bytes | Sequence[Any] | np.ndarray[Any, Any]"
 
-
-def _numpy_dtype(dtype: DType) -> np.dtype[Any]:
-    """The NumPy dtype holding `dtype`'s bytes (bfloat16 and the fp8s, which NumPy lacks, travel as their bits)."""
-    if is_fp8(dtype):
-        return np.dtype(np.uint8)
-    return np.dtype(np.uint16) if dtype is dtypes.bfloat16 else np.dtype(dtype.numpy_name)
-
-
-def _plygrad_dtype(array: np.ndarray[Any, Any]) -> DType:
-    try:
-        return dtypes.from_numpy_name(str(array.dtype))
-    except KeyError:
-        raise DTypeError(f"NumPy dtype {array.dtype} has no plygrad dtype; convert the array first "
-                         f"(plygrad dtypes: {', '.join(d.name for d in dtypes.all())})") from None
-
-
-def _to_bfloat16_bits(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """float32 values rounded to nearest-even bfloat16, as uint16 bit patterns."""
-    bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    nan = np.isnan(np.asarray(array, dtype=np.float32))
-    return np.where(nan, 0x7FC0, rounded).astype(np.uint16)
-
-
-def _fits(array: np.ndarray[Any, Any], dtype: DType) -> bool:
-    return array.size == 0 or (dtype.min <= int(array.min()) and int(array.max()) <= dtype.max)
-
-
-class Tensor(CompatOps):
+class Tensor(LazyTensor):
     """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]])`, `Tensor(np_array)`, `Tensor.rand(3, 4)`."""
 
     __slots__ = ()
@@ -81,56 +68,12 @@ class Tensor(CompatOps):
     # read and assign like class attributes: see plygrad.frontend.modes and docs/threads.md
     grad: Tensor | None
 
-    def __init__(self, data: Data | Tensor, dtype: DTypeLike | None = None, device: str | None = None,
+    def __init__(self, data: host.Data | Tensor, dtype: DTypeLike | None = None, device: str | None = None,
                  requires_grad: bool | None = None) -> None:
         self._requires_grad, self.grad = None, None
-        self._init_data(data, dtype, device)
+        host.init_data(self, data, dtype, device)
         if requires_grad is not None:
             self.requires_grad_(requires_grad)
-
-    def _init_data(self, data: Data | Tensor, dtype_like: DTypeLike | None, device: str | None) -> None:
-        dtype = None if dtype_like is None else to_dtype(dtype_like)  # a name fails here, at the call
-        if isinstance(data, Tensor):
-            moved = data.to(device) if device is not None else data
-            moved = moved.cast(dtype) if dtype is not None else moved
-            self.uop, self.device, self.inputs = moved.uop, moved.device, moved.inputs
-            return
-        self.device = resolve_device(device)
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            self._init_bytes(bytes(data), dtype or dtypes.uint8)
-            return
-        if isinstance(data, np.ndarray) and data.dtype.kind == "S":  # fixed-size byte strings: their bytes, as uint8
-            data = np.ascontiguousarray(data).view(np.uint8).reshape(*data.shape, data.dtype.itemsize)
-        if isinstance(data, (bool, int, float)):
-            self.uop, self.inputs = UOp.const(dtypes.from_py(data) if dtype is None else dtype, data), frozenset()
-            return
-        array = data if isinstance(data, np.ndarray) else np.array(data)
-        # Python lists follow PyTorch's defaults, not NumPy's 64-bit ones; with a dtype given they go straight to it
-        # (through the defaults first, -2**63 as int64 or 1e19 as float64 would arrive wrong)
-        if not isinstance(data, np.ndarray) and dtype is None:
-            if array.dtype.kind == "f":
-                array = array.astype(_numpy_dtype(dtypes.default_float))
-            elif array.dtype.kind in "iu" and _fits(array, dtypes.default_int):  # else int64, never wrapped
-                array = array.astype(_numpy_dtype(dtypes.default_int))
-        dt = _plygrad_dtype(array) if dtype is None else dtype
-        if is_fp8(dt):
-            host = fp8_bytes(array, dt)
-        else:
-            host = _to_bfloat16_bits(array) if dt is dtypes.bfloat16 else array.astype(_numpy_dtype(dt), copy=False)
-        buf = Buffer(self.device, int(array.size), dt)
-        scheduling.stage_host_data(buf, np.ascontiguousarray(host).tobytes())
-        self.uop, self.inputs = buffer_view(buf, tuple(array.shape)), frozenset((buf,))
-        autograd.record_undecided(self)
-
-    def _init_bytes(self, raw: bytes, dtype: DType) -> None:
-        """Raw bytes as a 1-d tensor, reinterpreted as `dtype` (uint8 by default), as tinygrad's `Tensor(bytes)`."""
-        if len(raw) % dtype.itemsize:
-            raise ValueError(f"Tensor(bytes): {len(raw)} bytes are not a whole number of {dtype.name} elements "
-                             f"({dtype.itemsize} bytes each); pass dtype=dtypes.uint8 or trim the data")
-        buf = Buffer(self.device, len(raw) // dtype.itemsize, dtype)
-        scheduling.stage_host_data(buf, raw)
-        self.uop, self.inputs = buffer_view(buf, (buf.size,)), frozenset((buf,))
-        autograd.record_undecided(self)
 
     @staticmethod
     def scheduler(name: str) -> AbstractContextManager[None]:
@@ -142,51 +85,11 @@ class Tensor(CompatOps):
         """The SCHEDULE-stage LINEAR that would realize this tensor (and `others`), without running it."""
         return scheduling.schedule_uop([placed(t.uop, t.device, t.inputs) for t in (self, *others)])
 
-    def realize(self, *others: Tensor) -> Self:
-        """Compute this tensor (and `others`) in one schedule; afterwards each reads its own output Buffer."""
-        tensors: tuple[Tensor, ...] = (self, *others)
-        _run_pending_assigns(tensors)
-        if DONE_ASSIGNS:
-            for t in tensors:
-                _drop_done_assigns(t)
-        pending = [t for t in tensors if not t._is_realized()]
-        computed = [t for t in pending if t.numel() > 0]
-        computed += _old_value_readers(computed)
-        for t in pending:
-            if t.numel() == 0:  # nothing to compute: an empty buffer of the right dtype
-                t._point_at(Buffer(t.device, 0, t.dtype))
-        if computed:
-            inputs = sorted(frozenset[Buffer]().union(*(t.inputs for t in computed)), key=lambda b: b.id)
-            outputs = scheduling.run([placed(t.uop, t.device, t.inputs) for t in computed], inputs)
-            claimed: set[int] = set()
-            for t, out in zip(computed, outputs, strict=True):
-                own = out
-                if out.id in claimed and strip_reshapes(t.uop).op is not Ops.ASSIGN:
-                    # identical graphs are one hash-consed node, computed once; separate tensors still get
-                    # separate memory, or an assign into one would change the other
-                    own = Buffer(out.device, out.size, out.dtype).copyin(out.copyout())
-                claimed.add(own.id)
-                t._point_at(own)
-        scheduling.flush_host_data(sorted(frozenset[Buffer]().union(*(t.inputs for t in tensors)), key=lambda b: b.id))
+    def realize(self, *others: Tensor) -> Tensor:
+        """Compute this tensor (and `others`) in one schedule; afterwards each reads its own output Buffer
+        (realization.py)."""
+        realization.realize((self, *others))
         return self
-
-    def _point_at(self, buf: Buffer) -> None:
-        """Read the realized values from `buf` from now on. A pending ASSIGN becomes its target view (the write is
-        done, and the target may be a view of part of `buf`). A tensor that requires grad (and is not a leaf) leaves
-        its graph with autograd, which differentiates through it (`loss.item(); loss.backward()`)."""
-        graph, inputs = self.uop, self.inputs
-        base = strip_reshapes(self.uop)
-        if base.op is Ops.ASSIGN:
-            DONE_ASSIGNS[base] = base.src[0]
-            waiting = PENDING_ASSIGNS.get(written_buffer(base.src[0]).arg.id, [])
-            waiting[:] = [t for t in waiting if t is not self]
-            self.uop = self.uop.substitute({base: base.src[0]})
-        else:
-            self.uop = buffer_view(buf, self.shape)
-            if self._requires_grad and not autograd.is_leaf(self):
-                autograd.record_realized(self.uop, graph, inputs)
-            autograd.record_undecided(self)  # a realized undecided tensor is a leaf for tinygrad-style backward()
-        self.inputs = frozenset((buf,))
 
     def to(self, device: str) -> Tensor:
         """This tensor on `device` (a COPY when it is another device)."""
@@ -205,13 +108,7 @@ class Tensor(CompatOps):
 
     def numpy(self) -> np.ndarray[Any, Any]:
         """The values as a NumPy array (realizing first); bfloat16 and the fp8s come back as float32."""
-        buf = self._buffer()
-        array = np.frombuffer(buf.copyout(), dtype=_numpy_dtype(self.dtype)).reshape(self.shape)
-        if self.dtype is dtypes.bfloat16:
-            return (array.astype(np.uint32) << 16).view(np.float32)
-        if is_fp8(self.dtype):
-            return fp8_values(array, self.dtype)
-        return array.copy()
+        return host.to_numpy(self, self._buffer())
 
     def tolist(self) -> Any:
         return self.numpy().tolist()
@@ -262,7 +159,7 @@ class Tensor(CompatOps):
         """Like PyTorch: tensors that do not require grad, and those whose requires_grad the user set."""
         return not self._requires_grad or autograd.is_leaf(self)
 
-    def detach(self) -> Self:
+    def detach(self) -> Tensor:
         """The same values, cut from the graph: no gradient flows through the result (it shares this tensor's
         memory when realized, like PyTorch's)."""
         uop = self.uop if self._requires_grad is False else stop_gradient(self.uop)
@@ -307,7 +204,7 @@ class Tensor(CompatOps):
                              "they must match")
         return gradient.cast(self.dtype).uop, gradient.inputs
 
-    def backward(self, gradient: Tensor | None = None) -> Self:
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate d self / d leaf into `.grad` of the leaves this tensor depends on (`.grad` adds up across
         calls until reset to None). Lazy: the gradients are graphs that run when realized (an optimizer step
         realizes them). Without `gradient` this tensor needs one element.
@@ -356,7 +253,7 @@ class Tensor(CompatOps):
         return grad_mode(mode)
 
     # ---- in-place operators ---------------------------------------------------------------------------------------
-    def _inplace(self, op: str, result: Self) -> Self:
+    def _inplace(self, op: str, result: Tensor) -> Tensor:
         """PyTorch's in-place rules: the result keeps this tensor's shape and a dtype of at least its kind, and a
         leaf that requires grad cannot be changed in place while gradients are recorded."""
         if self._is_grad_leaf() and not type(self).no_grad:
@@ -370,58 +267,163 @@ class Tensor(CompatOps):
                              f"{self.dtype.name} tensor; cast the tensor first")
         return self.assign(result.cast(self.dtype))
 
-    def __iadd__(self, x: Self | Scalar) -> Self: return self._inplace("+=", self.add(x))
-    def __isub__(self, x: Self | Scalar) -> Self: return self._inplace("-=", self.sub(x))
-    def __imul__(self, x: Self | Scalar) -> Self: return self._inplace("*=", self.mul(x))
-    def __itruediv__(self, x: Self | Scalar) -> Self: return self._inplace("/=", self.div(x))
-    def __ifloordiv__(self, x: Self | Scalar) -> Self: return self._inplace("//=", self.floordiv(x))
-    def __imod__(self, x: Self | Scalar) -> Self: return self._inplace("%=", self.mod(x))
-    def __ipow__(self, x: Self | Scalar) -> Self: return self._inplace("**=", self.pow(x))
-    def __iand__(self, x: Self | Scalar) -> Self: return self._inplace("&=", self.bitwise_and(x))
-    def __ior__(self, x: Self | Scalar) -> Self: return self._inplace("|=", self.bitwise_or(x))
-    def __ixor__(self, x: Self | Scalar) -> Self: return self._inplace("^=", self.bitwise_xor(x))
-    def __imatmul__(self, x: Self) -> Self: return self._inplace("@=", self.matmul(x))
+    def __iadd__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("+=", self.add(x))
+    def __isub__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("-=", self.sub(x))
+    def __imul__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("*=", self.mul(x))
+    def __itruediv__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("/=", self.div(x))
+    def __ifloordiv__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("//=", self.floordiv(x))
+    def __imod__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("%=", self.mod(x))
+    def __ipow__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("**=", self.pow(x))
+    def __iand__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("&=", self.bitwise_and(x))
+    def __ior__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("|=", self.bitwise_or(x))
+    def __ixor__(self, x: Tensor | Scalar) -> Tensor: return self._inplace("^=", self.bitwise_xor(x))
+    def __imatmul__(self, x: Tensor) -> Tensor: return self._inplace("@=", self.matmul(x))
 
+    @property
+    def max_shape(self) -> tuple[int, ...]:
+        """tinygrad's shape with each symbolic size at its maximum. plygrad's tensor shapes are always ints (a
+        TinyJit varies sizes by capturing again), so this is `shape`."""
+        return self.shape
 
-def _run_pending_assigns(tensors: Sequence[Tensor]) -> None:
-    """Run the pending assigns into buffers these tensors read (other than their own), so that they read the
-    written values, each write once."""
-    ids = {buf.id for t in tensors for buf in t.inputs}
-    todo: list[Tensor] = []
-    for buf_id in sorted(ids & PENDING_ASSIGNS.keys()):
-        waiting = PENDING_ASSIGNS.pop(buf_id)
-        todo.extend(t for t in waiting if isinstance(t, Tensor) and not any(t is u for u in (*tensors, *todo)))
-    for t in todo:  # one at a time: two writes into one buffer must run in the order they were made
-        t.realize()
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - NumPy's and PyTorch's spelling
+        """The axes reversed (a matrix transposed)."""
+        return self.permute(tuple(range(self.ndim))[::-1])
 
+    # ---- operators ------------------------------------------------------------------------------------------
+    def __matmul__(self, other: Tensor) -> Tensor:
+        return self.matmul(other)
+    def __rmatmul__(self, other: Tensor) -> Tensor:
+        return other.matmul(self)
+    def __add__(self, x: Tensor | Scalar) -> Tensor: return self.add(x)
+    def __radd__(self, x: Tensor | Scalar) -> Tensor: return self.add(x, True)
+    def __sub__(self, x: Tensor | Scalar) -> Tensor: return self.sub(x)
+    def __rsub__(self, x: Tensor | Scalar) -> Tensor: return self.sub(x, True)
+    def __mul__(self, x: Tensor | Scalar) -> Tensor: return self.mul(x)
+    def __rmul__(self, x: Tensor | Scalar) -> Tensor: return self.mul(x, True)
+    def __truediv__(self, x: Tensor | Scalar) -> Tensor: return self.div(x)
+    def __rtruediv__(self, x: Tensor | Scalar) -> Tensor: return self.div(x, True)
+    def __floordiv__(self, x: Tensor | Scalar) -> Tensor: return self.floordiv(x)
+    def __rfloordiv__(self, x: Tensor | Scalar) -> Tensor: return self.floordiv(x, True)
+    def __mod__(self, x: Tensor | Scalar) -> Tensor: return self.mod(x)
+    def __rmod__(self, x: Tensor | Scalar) -> Tensor: return self.mod(x, True)
+    def __pow__(self, x: Tensor | Scalar) -> Tensor: return self.pow(x)
+    def __rpow__(self, x: Tensor | Scalar) -> Tensor: return self.pow(x, True)
+    def __neg__(self) -> Tensor: return self.neg()
+    def __abs__(self) -> Tensor: return self.abs()
+    def __lt__(self, x: Tensor | Scalar) -> Tensor: return self.lt(x)
+    def __gt__(self, x: Tensor | Scalar) -> Tensor: return self.gt(x)
+    def __le__(self, x: Tensor | Scalar) -> Tensor: return self.le(x)
+    def __ge__(self, x: Tensor | Scalar) -> Tensor: return self.ge(x)
+    def __eq__(self, x: Tensor | Scalar) -> Tensor: return self.eq(x)  # type: ignore[override]
+    def __ne__(self, x: Tensor | Scalar) -> Tensor: return self.ne(x)  # type: ignore[override]
+    def __and__(self, x: Tensor | Scalar) -> Tensor: return self.bitwise_and(x)
+    def __rand__(self, x: Tensor | Scalar) -> Tensor: return self.bitwise_and(x, True)
+    def __or__(self, x: Tensor | Scalar) -> Tensor: return self.bitwise_or(x)
+    def __ror__(self, x: Tensor | Scalar) -> Tensor: return self.bitwise_or(x, True)
+    def __xor__(self, x: Tensor | Scalar) -> Tensor: return self.bitwise_xor(x)
+    def __rxor__(self, x: Tensor | Scalar) -> Tensor: return self.bitwise_xor(x, True)
+    def __lshift__(self, x: Tensor | int) -> Tensor: return self.lshift(x)
+    def __rlshift__(self, x: Tensor | int) -> Tensor: return self.lshift(x, True)
+    def __rshift__(self, x: Tensor | int) -> Tensor: return self.rshift(x)
+    def __rrshift__(self, x: Tensor | int) -> Tensor: return self.rshift(x, True)
+    def __invert__(self) -> Tensor: return self.bitwise_not()
+    __getitem__, __setitem__ = indexing.getitem, setitem.setitem
+    __hash__ = LazyTensor.__hash__  # tensors stay usable in sets and dicts (by identity) despite __eq__
 
-def _old_value_readers(computed: Sequence[Tensor]) -> list[Tensor]:
-    """The live unrealized tensors that read, raw, a buffer one of `computed` assigns into (lazy.READERS): computed
-    in the same schedule, before the write, they keep the values they were built from."""
-    written = {written_buffer(base.src[0]).arg.id for base in (strip_reshapes(t.uop) for t in computed)
-               if base.op is Ops.ASSIGN}
-    if not written:
-        return []
-    found: list[Tensor] = []
-    with READERS_LOCK:
-        readers = list(READERS)
-    for reader in readers:
-        if (not isinstance(reader, Tensor) or any(reader is t for t in computed) or reader._is_realized()
-                or reader.numel() == 0 or not any(buf.id in written for buf in reader.inputs)):
-            continue
-        # a graph that contains an ASSIGN into the buffer reads the written values: it runs after the write
-        if any(node.op is Ops.ASSIGN and written_buffer(node.src[0]).arg.id in written
-               for node in reader.uop.sparents()):
-            continue
-        found.append(reader)
-    return found
-
-
-def _drop_done_assigns(t: Tensor) -> None:
-    """Replace ASSIGN nodes already run by their target views in t's graph."""
-    done = {node: DONE_ASSIGNS[node] for node in t.uop.sparents() if node.op is Ops.ASSIGN and node in DONE_ASSIGNS}
-    if done:
-        t.uop = t.uop.substitute(done)
+    # ---- the ops, bound as methods from the modules of their idea -------------------------------------------
+    # elementwise.py
+    div, fmod, add, sub, mul = elementwise.div, elementwise.fmod, elementwise.add, elementwise.sub, elementwise.mul
+    floordiv, mod, pow = elementwise.floordiv, elementwise.mod, elementwise.pow
+    round_half_away, neg, maximum = elementwise.round_half_away, elementwise.neg, elementwise.maximum
+    minimum, where, lt, gt, le = elementwise.minimum, elementwise.where, elementwise.lt, elementwise.gt, elementwise.le
+    ge, eq, ne, logical_and = elementwise.ge, elementwise.eq, elementwise.ne, elementwise.logical_and
+    logical_or, logical_not, bitwise_and = elementwise.logical_or, elementwise.logical_not, elementwise.bitwise_and
+    bitwise_or, bitwise_xor, bitwise_not = elementwise.bitwise_or, elementwise.bitwise_xor, elementwise.bitwise_not
+    lshift, rshift, bitcast = elementwise.lshift, elementwise.rshift, elementwise.bitcast
+    reciprocal, trunc, floor, ceil = elementwise.reciprocal, elementwise.trunc, elementwise.floor, elementwise.ceil
+    round, abs, sign, copysign = elementwise.round, elementwise.abs, elementwise.sign, elementwise.copysign
+    lerp, clamp, clip, isnan = elementwise.lerp, elementwise.clamp, elementwise.clip, elementwise.isnan
+    isinf, isfinite, isclose, square = elementwise.isinf, elementwise.isfinite, elementwise.isclose, elementwise.square
+    cast, allclose = elementwise.cast, elementwise.allclose
+    # transcendental.py
+    exp, exp2, expm1, log = transcendental.exp, transcendental.exp2, transcendental.expm1, transcendental.log
+    log2, log10, log1p, sqrt = transcendental.log2, transcendental.log10, transcendental.log1p, transcendental.sqrt
+    rsqrt, logaddexp, sin, cos = transcendental.rsqrt, transcendental.logaddexp, transcendental.sin, transcendental.cos
+    tan, atan, asin, acos = transcendental.tan, transcendental.atan, transcendental.asin, transcendental.acos
+    atan2, sinh, cosh, tanh = transcendental.atan2, transcendental.sinh, transcendental.cosh, transcendental.tanh
+    asinh, acosh, atanh, erf = transcendental.asinh, transcendental.acosh, transcendental.atanh, transcendental.erf
+    # activations.py
+    hardtanh, relu6, leaky_relu, elu = activations.hardtanh, activations.relu6, activations.leaky_relu, activations.elu
+    celu, selu, gelu, quick_gelu = activations.celu, activations.selu, activations.gelu, activations.quick_gelu
+    hardsigmoid, hardswish, silu = activations.hardsigmoid, activations.hardswish, activations.silu
+    swish, softplus, mish, softsign = activations.swish, activations.softplus, activations.mish, activations.softsign
+    logsigmoid, softmin = activations.logsigmoid, activations.softmin
+    relu, sigmoid = activations.relu, activations.sigmoid
+    # movement.py
+    reshape, view, permute, expand = movement.reshape, movement.view, movement.permute, movement.expand
+    pad, shrink, flip, transpose = movement.pad, movement.shrink, movement.flip, movement.transpose
+    flatten, squeeze, unsqueeze, unflatten = movement.flatten, movement.squeeze, movement.unsqueeze, movement.unflatten
+    repeat, repeat_interleave, roll, cat = movement.repeat, movement.repeat_interleave, movement.roll, movement.cat
+    stack, split, chunk, meshgrid = movement.stack, movement.split, movement.chunk, movement.meshgrid
+    diag, diagonal, pad_to, shrink_to = movement.diag, movement.diagonal, movement.pad_to, movement.shrink_to
+    # reduce.py
+    var, std, var_mean, std_mean, logsumexp = reduce.var, reduce.std, reduce.var_mean, reduce.std_mean, reduce.logsumexp
+    any, all, argmax, argmin, sum, prod = reduce.any, reduce.all, reduce.argmax, reduce.argmin, reduce.sum, reduce.prod
+    max, min, mean, softmax, log_softmax = reduce.max, reduce.min, reduce.mean, reduce.softmax, reduce.log_softmax
+    # scan.py
+    cumsum, cumprod, cummax, cummin = scan.cumsum, scan.cumprod, scan.cummax, scan.cummin
+    logcumsumexp = scan.logcumsumexp
+    # sort.py
+    sort, argsort, topk = sort_ops.sort, sort_ops.argsort, sort_ops.topk
+    # linear.py
+    linear, einsum, matmul, dot = linear_ops.linear, staticmethod(linear_ops.einsum), linear_ops.matmul, linear_ops.dot
+    # gather.py
+    masked_select, gather, take_along_dim = gather_ops.masked_select, gather_ops.gather, gather_ops.take_along_dim
+    index_select, scatter, scatter_reduce = gather_ops.index_select, gather_ops.scatter, gather_ops.scatter_reduce
+    masked_fill, nonzero, one_hot = gather_ops.masked_fill, gather_ops.nonzero, gather_ops.one_hot
+    # creation.py
+    full, zeros, ones = classmethod(creation.full), classmethod(creation.zeros), classmethod(creation.ones)
+    empty, arange, linspace = classmethod(creation.empty), classmethod(creation.arange), classmethod(creation.linspace)
+    eye, full_like, zeros_like = classmethod(creation.eye), creation.full_like, creation.zeros_like
+    ones_like, empty_like, triu, tril = creation.ones_like, creation.empty_like, creation.triu, creation.tril
+    # random_ops.py
+    rand_like, randn_like = random_ops.rand_like, random_ops.randn_like
+    manual_seed, rand = staticmethod(random_ops.manual_seed), classmethod(random_ops.rand)
+    randn, randint = classmethod(random_ops.randn), classmethod(random_ops.randint)
+    uniform, normal = classmethod(random_ops.uniform), classmethod(random_ops.normal)
+    scaled_uniform, glorot_uniform = classmethod(random_ops.scaled_uniform), classmethod(random_ops.glorot_uniform)
+    kaiming_uniform, kaiming_normal = classmethod(random_ops.kaiming_uniform), classmethod(random_ops.kaiming_normal)
+    randperm, multinomial, dropout = classmethod(random_ops.randperm), random_ops.multinomial, random_ops.dropout
+    # conv.py
+    conv2d, conv1d, conv3d, conv_transpose2d = conv.conv2d, conv.conv1d, conv.conv3d, conv.conv_transpose2d
+    conv_transpose1d = conv.conv_transpose1d
+    # pool.py
+    max_unpool2d, max_pool2d, max_pool1d = pool.max_unpool2d, pool.max_pool2d, pool.max_pool1d
+    avg_pool2d, avg_pool1d, unfold = pool.avg_pool2d, pool.avg_pool1d, pool.unfold
+    # resample.py
+    interpolate = resample.interpolate
+    # norm.py
+    normalize, layernorm, batchnorm = norm.normalize, norm.layernorm, norm.batchnorm
+    # attention.py
+    scaled_dot_product_attention = attention.scaled_dot_product_attention
+    # losses.py
+    cross_entropy, nll_loss = losses.cross_entropy, losses.nll_loss
+    sparse_categorical_crossentropy = losses.sparse_categorical_crossentropy
+    binary_crossentropy, binary_crossentropy_logits = losses.binary_crossentropy, losses.binary_crossentropy_logits
+    # casts.py
+    float, half, double, bfloat16, int = casts.float, casts.half, casts.double, casts.bfloat16, casts.int
+    long, short, bool = casts.long, casts.short, casts.bool
+    # compat.py
+    size, element_size, nbytes = compat.size, compat.element_size, compat.nbytes
+    is_floating_point = compat.is_floating_point
+    rearrange, qr, svd = compat.rearrange, compat.qr, compat.svd
+    newton_schulz, sequential, const_like = compat.newton_schulz, compat.sequential, compat.const_like
+    random_bits, data, clone, replace = classmethod(compat.random_bits), compat.data, compat.clone, compat.replace
+    to_, from_blob, from_url = compat.to_, classmethod(compat.from_blob), staticmethod(compat.from_url)
+    const, ufix, usum, uprod = staticmethod(compat.const), compat.ufix, compat.usum, compat.uprod
+    threefry, contiguous_backward, max_numel = compat.threefry, compat.contiguous_backward, compat.max_numel
+    schedule_linear = compat.schedule_linear
 
 
 def _kind_rank(dtype: DType) -> int:

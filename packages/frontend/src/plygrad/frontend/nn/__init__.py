@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from plygrad.frontend import indexing
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError, dtypes
 
@@ -328,7 +329,7 @@ class Embedding:
         # the selection into a load of that row (codegen/gather.py), and its gradient (a where) scatters into
         # exactly the rows that were looked up
         hit = idx.unsqueeze(-1).eq(Tensor.arange(self.vocab_size, device=idx.device)).unsqueeze(-1)
-        return hit.where(self.weight, 0.0)._pick((-2,)).cast(self.weight.dtype)
+        return indexing._pick(hit.where(self.weight, 0.0), (-2,)).cast(self.weight.dtype)
 
 
 class LSTMCell:

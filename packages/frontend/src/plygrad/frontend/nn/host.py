@@ -8,8 +8,8 @@ import math
 import mmap
 import os
 
-from plygrad.frontend import scheduling
 from plygrad.frontend.lazy import buffer_view, resolve_device
+from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DType, dtypes
 from plygrad.runtime import Buffer
@@ -23,7 +23,7 @@ def tensor_from_bytes(data: memoryview, dtype: DType, shape: tuple[int, ...]) ->
     device = resolve_device(None)
     buf = Buffer(device, math.prod(shape), dtype)
     # the staging table is typed `bytes`, but it only hands the value to Buffer.copyin, which takes any bytes-like
-    scheduling.stage_host_data(buf, data)
+    STATE.stage(buf, data)
     return Tensor._make(buffer_view(buf, shape), device, (buf,))
 
 

@@ -1,0 +1,265 @@
+"""Gathers and scatters along an axis: gather, take_along_dim, index_select, scatter, scatter_reduce, masked_fill,
+masked_select, nonzero and one_hot.
+
+The IR has no gather op: an index tensor becomes a one-hot comparison against a counter, summed over the indexed
+axis, which codegen turns back into a load (codegen/gather.py).
+"""
+
+# The public signatures are tinygrad's and PyTorch's, positional arguments included, so ports keep working.
+# ruff: noqa: PLR0917
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+import numpy as np
+
+from plygrad.frontend import creation, indexing, setitem
+from plygrad.frontend.lazy import LazyTensor, Scalar, is_tensor
+from plygrad.ir import DTypeError, ShapeError, broadcast_shapes, dtypes
+
+if TYPE_CHECKING:
+    from plygrad.frontend.tensor import Tensor
+
+ScatterReduce: TypeAlias = Literal["sum", "prod", "mean", "amax", "amin"]
+
+
+_SCATTER_REDUCES: tuple[str, ...] = ("sum", "prod", "mean", "amax", "amin")
+
+
+def _dim_index(x: Tensor, dim: int, index: LazyTensor, op: str,
+               bound: tuple[int, ...] | None = None) -> tuple[int, Tensor]:
+    """The axis and the checked index of gather/scatter: same number of axes as `self`, and no larger than
+    `bound` (default: self's shape) on the other axes."""
+    axis = x._axis(dim, op)
+    limit = x.shape if bound is None else bound
+    if not is_tensor(index):
+        raise TypeError(f"{op}: the index must be a Tensor, got {type(index).__name__}")
+    if index.ndim != x.ndim:
+        raise ShapeError(f"{op}: the index has shape {index.shape} but the tensor has shape {x.shape}; "
+                         "they need the same number of axes")
+    for d, (i, s) in enumerate(zip(index.shape, limit, strict=True)):
+        if d != axis and i > s:
+            raise ShapeError(f"{op}: index of shape {index.shape} is larger than shape {limit} along axis {d} "
+                             f"(dim={dim}); only the indexing axis may be longer")
+    return axis, indexing._as_index(x, index, x.shape[axis], op)
+
+
+def gather(t: Tensor, dim: int, index: LazyTensor) -> Tensor:
+    """`out[i][j][k] = self[index[i][j][k]][j][k]` for dim=0 (PyTorch's gather): the result has the index's
+    shape, and the index may be smaller than `self` on the other axes."""
+    if t.ndim == 0 and is_tensor(index) and index.ndim == 0:
+        return t.reshape(1).gather(0, index.reshape(1)).reshape(())
+    axis, idx = _dim_index(t, dim, index, "gather")
+    n = t.shape[axis]
+    x = t.shrink(tuple(None if d == axis else (0, s) for d, s in enumerate(idx.shape)))
+    # the indexed axis moves to a new last axis m; out[..., i, ...] = sum_m x[..., m, ...] * (index == m)
+    values = x.unsqueeze(-1).transpose(axis, -1)._broadcast_to((*idx.shape, n))
+    mask = idx.unsqueeze(-1).eq(creation._counter(t, n))
+    return indexing._pick(mask.where(values, 0), (-1,))._cast_to(t.dtype)
+
+
+def take_along_dim(t: Tensor, indices: LazyTensor, dim: int | None = None) -> Tensor:
+    """PyTorch's take_along_dim: gather with `self` and `indices` broadcast on every axis but `dim`
+    (dim=None: both flattened)."""
+    if not is_tensor(indices):
+        raise TypeError(f"take_along_dim: the indices must be a Tensor, got {type(indices).__name__}")
+    if dim is None:
+        return t.flatten().gather(0, indices.flatten())
+    if indices.ndim != t.ndim:
+        raise ShapeError(f"take_along_dim: indices of shape {indices.shape} and a tensor of shape {t.shape} "
+                         "need the same number of axes")
+    axis = t._axis(dim, "take_along_dim")
+    a = list(t.shape)
+    b = list(indices.shape)
+    a[axis] = b[axis] = 1
+    common = broadcast_shapes(tuple(a), tuple(b))
+    x = t._broadcast_to(tuple(t.shape[axis] if d == axis else s for d, s in enumerate(common)))
+    idx = indices._broadcast_to(tuple(indices.shape[axis] if d == axis else s for d, s in enumerate(common)))
+    return x.gather(axis, idx)
+
+
+def index_select(x: Tensor, dim: int, index: LazyTensor) -> Tensor:
+    """The entries `index` (a 1-D integer tensor) along `dim`."""
+    axis = x._axis(dim, "index_select")
+    if not is_tensor(index) or index.ndim > 1:
+        shape = index.shape if isinstance(index, LazyTensor) else type(index).__name__
+        raise ShapeError(f"index_select: the index must be a 0-d or 1-D tensor, got {shape}")
+    if x.ndim == 0:
+        return x.reshape(1)[index.reshape(-1)].reshape(index.shape)
+    return x[(slice(None),) * axis + (index.reshape(-1),)]
+
+
+def _scatter_parts(x: Tensor, axis: int, idx: Tensor, src: Tensor) -> tuple[Tensor, Tensor]:
+    """For scatter along `axis` with an index of k entries along it: the hit mask and the source values, both of
+    shape self.shape + (k,), hit[..., m, ..., j] saying that index[..., j, ...] == m. A reduce over the last
+    axis then gives self's layout directly. On the other axes the index is padded to self's size with the
+    value n, which names no element (so the REDUCE needs no PAD after it)."""
+    n, k = x.shape[axis], idx.shape[axis]
+    grow = tuple((0, 0) if d == axis else (0, s - i) for d, (i, s) in enumerate(zip(idx.shape, x.shape,
+                                                                                    strict=True)))
+    source = src.shrink(tuple((0, s) for s in idx.shape))
+    if any(after for _, after in grow):
+        idx, source = idx.sub(n).pad(grow).add(n), source.pad(grow)
+    full = (*x.shape, k)
+    moved = idx.unsqueeze(-1).transpose(axis, -1)._broadcast_to(full)
+    positions = creation._counter(x, n).reshape(*(n if d == axis else 1 for d in range(x.ndim)), 1)
+    return moved.eq(positions), source.unsqueeze(-1).transpose(axis, -1)._broadcast_to(full)
+
+
+def _scatter_src(x: Tensor, src: LazyTensor | Scalar, idx: Tensor, op: str) -> Tensor:
+    if isinstance(src, LazyTensor):
+        if not is_tensor(src):
+            raise TypeError(f"{op}: unsupported src type {type(src).__name__}")
+        if src.ndim != x.ndim or any(i > s for i, s in zip(idx.shape, src.shape, strict=True)):
+            raise ShapeError(f"{op}: src of shape {src.shape} must have as many axes as the tensor "
+                             f"({x.shape}) and be at least the index's shape {idx.shape} on each")
+        if src.device != x.device:
+            raise ValueError(f"{op}: src is on {src.device} but the tensor is on {x.device}")
+        return indexing._mine(x, src._cast_to(x.dtype))
+    if isinstance(src, (bool, int, float)):
+        return x._const(src, x.dtype, idx.shape)
+    raise TypeError(f"{op}: src must be a Tensor or a Python scalar, got {type(src).__name__}")
+
+
+def scatter(x: Tensor, dim: int, index: LazyTensor, src: LazyTensor | Scalar,
+            reduce: Literal["add", "multiply"] | None = None) -> Tensor:
+    """PyTorch's scatter (out of place): `out[index[i][j]][j] = src[i][j]` for dim=0. `reduce="add"` or
+    `"multiply"` combines instead of replacing (repeated indices all count); without it the last write among
+    repeated indices wins (PyTorch leaves that undefined)."""
+    if reduce is not None and reduce not in ("add", "multiply"):
+        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+    axis, idx = _dim_index(x, dim, index, "scatter")
+    source = _scatter_src(x, src, idx, "scatter")
+    if idx.numel() == 0:
+        return x
+    if reduce == "add":
+        return _scatter_reduce_parts(x, axis, idx, source, "sum", True)
+    if reduce == "multiply":
+        return _scatter_reduce_parts(x, axis, idx, source, "prod", True)
+    hit, values = _scatter_parts(x, axis, idx, source)
+    k = idx.shape[axis]
+    order = creation._counter(x, k).reshape(*(1,) * x.ndim, k)._broadcast_to(hit.shape)
+    winner = hit.where(order, -1).max(-1, keepdim=True)  # the last index entry naming each element
+    chosen = hit.logical_and(order.eq(winner._broadcast_to(hit.shape)))
+    written = indexing._pick(chosen.where(values, 0), (-1,))._cast_to(x.dtype)
+    return winner.reshape(x.shape).ge(0).where(written, x)
+
+
+def scatter_reduce(x: Tensor, dim: int, index: LazyTensor, src: LazyTensor | Scalar, reduce: ScatterReduce,
+                   include_self: bool = True) -> Tensor:
+    """PyTorch's scatter_reduce: every src value goes to `out[index[i][j]][j]` (dim=0) and the values landing on
+    one element are combined by `reduce` ("sum", "prod", "mean", "amax", "amin"), together with the element's
+    own value when `include_self`. Elements no index names keep their value. Integer "mean" floors."""
+    if reduce not in _SCATTER_REDUCES:
+        raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCES)}, got {reduce!r}")
+    axis, idx = _dim_index(x, dim, index, "scatter_reduce")
+    source = _scatter_src(x, src, idx, "scatter_reduce")
+    if idx.numel() == 0:
+        return x
+    return _scatter_reduce_parts(x, axis, idx, source, reduce, include_self)
+
+
+def _scatter_reduce_parts(x: Tensor, axis: int, idx: Tensor, src: Tensor, reduce: str, include_self: bool) -> Tensor:
+    hit, values = _scatter_parts(x, axis, idx, src)
+    touched = hit.max(-1)
+    if reduce in ("sum", "mean"):
+        total = hit.where(values, 0).sum(-1)._cast_to(x.dtype)
+        if reduce == "sum":
+            return x.add(total)._cast_to(x.dtype) if include_self else touched.where(total, x)
+        count = hit.sum(-1)._cast_to(x.dtype)
+        if include_self:
+            total, count = total.add(x), count.add(1)
+        count = count.maximum(1)  # untouched elements keep their value; this only avoids 0/0 there
+        mean = total.div(count) if x.dtype.is_float else total.floordiv(count)
+        return touched.where(mean._cast_to(x.dtype), x)
+    if reduce == "prod":
+        product = hit.where(values, 1).prod(-1)._cast_to(x.dtype)
+        return touched.where(product.mul(x)._cast_to(x.dtype) if include_self else product, x)
+    lowest, highest = _extremes(x)
+    if reduce == "amax":
+        best = hit.where(values, lowest).max(-1)
+        combined = best.maximum(x) if include_self else best
+    else:
+        best = hit.where(values, highest).min(-1)
+        combined = best.minimum(x) if include_self else best
+    return touched.where(combined._cast_to(x.dtype), x)
+
+
+def _extremes(x: Tensor) -> tuple[Scalar, Scalar]:
+    """The identities of max and min in this dtype."""
+    if x.dtype.is_float:
+        return -math.inf, math.inf
+    if x.dtype.is_bool:
+        return False, True
+    return x.dtype.min, x.dtype.max
+
+
+def masked_fill(x: Tensor, mask: LazyTensor, value: LazyTensor | Scalar) -> Tensor:
+    """`value` where `mask` is true, `self` elsewhere (mask and a tensor value broadcast against self)."""
+    if not is_tensor(mask) or not mask.dtype.is_bool:
+        what = mask.dtype if isinstance(mask, LazyTensor) else type(mask).__name__
+        raise DTypeError(f"masked_fill: the mask must be a bool tensor, got {what}")
+    fill = setitem._value_for(x, value, "masked_fill")
+    if fill.ndim:
+        raise ShapeError(f"masked_fill: the value must be a scalar or a 0-d tensor, got shape {fill.shape}")
+    shape = broadcast_shapes(x.shape, mask.shape)
+    if shape != x.shape:
+        raise ShapeError(f"masked_fill: a mask of shape {mask.shape} does not broadcast to the tensor's shape "
+                         f"{x.shape}")
+    return indexing._mine(x, mask).where(fill, x)._cast_to(x.dtype)
+
+
+def _masked_select_all(x: Tensor, mask: LazyTensor) -> Tensor:
+    """The elements where `mask` is true, as a 1-D tensor (self and mask broadcast together). The result's
+    size depends on the mask, so the mask is read back first, as in PyTorch."""
+    if not is_tensor(mask) or not mask.dtype.is_bool:
+        what = mask.dtype if isinstance(mask, LazyTensor) else type(mask).__name__
+        raise DTypeError(f"masked_select: the mask must be a bool tensor, got {what}")
+    shape = broadcast_shapes(x.shape, mask.shape)
+    flat = x._broadcast_to(shape).flatten()
+    positions = np.flatnonzero(indexing._read_back(mask._broadcast_to(shape)))
+    return flat[indexing._from_host(x, positions)]
+
+
+def nonzero(x: Tensor) -> Tensor:
+    """The coordinates of the non-zero elements, shape (count, ndim), in row-major order (reads the values
+    back: the count depends on them). The dtype is the default int (int32; int64 for larger axes)."""
+    values = indexing._read_back(x)
+    if x.ndim == 0:
+        return indexing._from_host(x, np.zeros((1 if values.item() else 0, 0), np.int32))
+    return indexing._from_host(x, np.argwhere(values))
+
+
+def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
+    """A new last axis of size `num_classes` with 1 at each value and 0 elsewhere (integer dtype). -1 means
+    max(self) + 1, which reads the values back. Values outside 0..num_classes-1 give a row of zeros."""
+    if x.dtype.is_float or x.dtype.is_bool:
+        raise DTypeError(f"one_hot: the tensor must hold integer class indices, got {x.dtype}")
+    if num_classes == -1:
+        num_classes = int(indexing._read_back(x).max()) + 1 if x.numel() else 0
+    if type(num_classes) is not int or num_classes < 0:
+        raise ValueError(f"one_hot: num_classes must be an int >= 0 or -1, got {num_classes!r}")
+    hit = x._cast_to(indexing._index_dtype(x.dtype)).unsqueeze(-1).eq(creation._counter(x, num_classes))
+    return hit._cast_to(dtypes.default_int)
+
+
+def masked_select(x: Tensor, mask: LazyTensor, size: int | None = None, fill_value: Scalar = 0) -> Tensor:
+    """The elements where `mask` is true, flattened. With `size=None` the length is the number of true values
+    (read back from the device first); with `size=N` it is N, cut or padded with `fill_value`, and nothing is
+    read back, so the op can run inside a jitted function (tinygrad)."""
+    if size is None:
+        return _masked_select_all(x, mask)
+    if not is_tensor(mask) or not mask.dtype.is_bool:
+        what = mask.dtype if isinstance(mask, LazyTensor) else type(mask).__name__
+        raise DTypeError(f"masked_select: the mask must be a bool tensor, got {what}")
+    if type(size) is not int or size < 0:
+        raise ValueError(f"masked_select: size must be an int >= 0 or None, got {size!r}")
+    flat = x.flatten()
+    keep = indexing._mine(x, mask)._broadcast_to(x.shape).flatten()
+    rank = keep.cast(dtypes.int32).cumsum(0)  # 1-based slot of each kept element
+    slots = creation._counter(x, size)
+    hit = keep.logical_and(rank.unsqueeze(0).eq(slots.add(1).unsqueeze(1)))  # (size, numel)
+    picked = hit.where(flat.unsqueeze(0), 0).sum(1)._cast_to(x.dtype)
+    return slots.lt(keep.cast(dtypes.int32).sum()).where(picked, fill_value)._cast_to(x.dtype)

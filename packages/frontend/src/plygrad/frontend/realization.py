@@ -1,0 +1,105 @@
+"""`realize()`: the only place work happens, top to bottom (`Tensor.realize` calls `realize` here).
+
+1. Run the pending assigns into buffers the tensors read (other than their own), one at a time in the order they
+   were made, so the tensors read the written values (`realize_state.STATE` keeps them).
+2. Replace ASSIGN nodes that already ran by their target views, so no write is done twice.
+3. Pick what to compute: the tensors that are not a plain view of one Buffer, plus the unrealized readers of the old
+   values of a buffer one of them assigns into (computed in the same schedule, before the write, they keep the
+   values they were built from, as in PyTorch).
+4. Hand the graphs to the scheduler plugin and run the schedule (scheduling.run: bytes in, bytes out, cached by
+   structure), then point each tensor at its output Buffer (`point_at`).
+5. Copy in host data still staged for the buffers the tensors read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from plygrad.frontend import autograd, scheduling
+from plygrad.frontend.lazy import buffer_view, is_tensor, placed
+from plygrad.frontend.realize_state import STATE
+from plygrad.ir import Ops, strip_reshapes, written_buffer
+from plygrad.runtime import Buffer
+
+if TYPE_CHECKING:
+    from plygrad.frontend.lazy import LazyTensor
+    from plygrad.frontend.tensor import Tensor
+
+
+def realize(tensors: Sequence[Tensor]) -> None:
+    """Compute `tensors` in one schedule; afterwards each reads its own output Buffer."""
+    _run_pending_assigns(tensors)
+    if STATE.any_done_assigns():
+        for t in tensors:
+            done = STATE.done_assigns_in(t.uop)
+            if done:
+                t.uop = t.uop.substitute(done)
+    pending = [t for t in tensors if not t._is_realized()]
+    computed = [t for t in pending if t.numel() > 0]
+    computed += _old_value_readers(computed)
+    for t in pending:
+        if t.numel() == 0:  # nothing to compute: an empty buffer of the right dtype
+            point_at(t, Buffer(t.device, 0, t.dtype))
+    if computed:
+        inputs = sorted(frozenset[Buffer]().union(*(t.inputs for t in computed)), key=lambda b: b.id)
+        outputs = scheduling.run([placed(t.uop, t.device, t.inputs) for t in computed], inputs)
+        claimed: set[int] = set()
+        for t, out in zip(computed, outputs, strict=True):
+            own = out
+            if out.id in claimed and strip_reshapes(t.uop).op is not Ops.ASSIGN:
+                # identical graphs are one hash-consed node, computed once; separate tensors still get separate
+                # memory, or an assign into one would change the other
+                own = Buffer(out.device, out.size, out.dtype).copyin(out.copyout())
+            claimed.add(own.id)
+            point_at(t, own)
+    STATE.flush(frozenset[Buffer]().union(*(t.inputs for t in tensors)))
+
+
+def point_at(t: LazyTensor, buf: Buffer) -> None:
+    """`t` reads its realized values from `buf` from now on. A pending ASSIGN becomes its target view (the write is
+    done, and the target may be a view of part of `buf`). A tensor that requires grad (and is not a leaf) leaves its
+    graph with autograd, which differentiates through it (`loss.item(); loss.backward()`)."""
+    graph, inputs = t.uop, t.inputs
+    base = strip_reshapes(t.uop)
+    if base.op is Ops.ASSIGN:
+        STATE.finish_assign(base, base.src[0], written_buffer(base.src[0]).arg.id, t)
+        t.uop = t.uop.substitute({base: base.src[0]})
+    else:
+        t.uop = buffer_view(buf, t.shape)
+        if t._requires_grad and not autograd.is_leaf(t):
+            autograd.record_realized(t.uop, graph, inputs)
+        autograd.record_undecided(t)  # a realized undecided tensor is a leaf for tinygrad-style backward()
+    t.inputs = frozenset((buf,))
+
+
+def _run_pending_assigns(tensors: Sequence[Tensor]) -> None:
+    """Run the pending assigns into buffers these tensors read (other than their own), so that they read the
+    written values, each write once."""
+    waiting = STATE.take_pending_assigns({buf.id for t in tensors for buf in t.inputs})
+    todo: list[Tensor] = []
+    for t in waiting:
+        if is_tensor(t) and not any(t is u for u in (*tensors, *todo)):
+            todo.append(t)
+    for t in todo:  # one at a time: two writes into one buffer must run in the order they were made
+        realize([t])
+
+
+def _old_value_readers(computed: Sequence[Tensor]) -> list[Tensor]:
+    """The live unrealized tensors that read, raw, a buffer one of `computed` assigns into: computed in the same
+    schedule, before the write, they keep the values they were built from."""
+    written = {written_buffer(base.src[0]).arg.id for base in (strip_reshapes(t.uop) for t in computed)
+               if base.op is Ops.ASSIGN}
+    if not written:
+        return []
+    found: list[Tensor] = []
+    for reader in STATE.readers():
+        if (not is_tensor(reader) or any(reader is t for t in computed) or reader._is_realized() or reader.numel() == 0
+                or not any(buf.id in written for buf in reader.inputs)):
+            continue
+        # a graph that contains an ASSIGN into the buffer reads the written values: it runs after the write
+        if any(node.op is Ops.ASSIGN and written_buffer(node.src[0]).arg.id in written
+               for node in reader.uop.sparents()):
+            continue
+        found.append(reader)
+    return found

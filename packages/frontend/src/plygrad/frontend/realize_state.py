@@ -1,0 +1,162 @@
+"""What realizing remembers between calls, owned by one object: `STATE`, a `RealizeState`.
+
+Nothing else in the frontend keeps realize or assign bookkeeping; every other module asks `STATE` through the
+methods below. The algorithm that uses it, `realize()`, reads top to bottom in realization.py. What is kept:
+
+- **pending assigns**: buffer id -> the tensors holding an ASSIGN into it that has not run. Written by
+  `Tensor.assign`; realize runs them first for any buffer it reads. Held strongly: `x[1:3].assign(v)` drops its
+  tensor at once, and the write must still happen.
+- **done assigns**: ASSIGN nodes already run -> their target view. A graph built while one was pending still holds
+  it; realize replaces the node by the view so the write is not done twice.
+- **readers**: every live tensor whose graph reads a Buffer (weakly). Before an ASSIGN into a buffer runs, realize
+  computes the unrealized readers of its old values in the same schedule (docs/autograd.md, "assign").
+- **host data**: bytes waiting to be copied into a Buffer (`Tensor(data)`, `from_blob`, nn's loaders stage them): a
+  tensor made from data copies nothing until it is realized. realize and `scheduling.run` copy them in.
+- **schedules**: (scheduler, normalized graph) -> the schedule's bytes, the only schedule cache (scheduling.py says
+  why), read and filled by `scheduling.run`.
+- **capture**: the calling thread's TinyJit recording, if one is open; `scheduling.run` records each plan it runs
+  there.
+
+Autograd's own registries (leaves, undecided tensors, gradients through realized graphs, gradient stops) belong to
+autograd and live in autograd.py and lazy.py's `stop_gradient`; they are not realize state.
+
+Threads (docs/threads.md): the capture is the calling thread's own (a ContextVar); the tables are shared and each
+is guarded by its own lock where two threads could touch it at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Final
+
+from plygrad.ir import Stage, UOp, serialize
+from plygrad.runtime import Buffer, BytesLike, Capture
+
+if TYPE_CHECKING:
+    from plygrad.frontend.lazy import LazyTensor
+
+MAX_SCHEDULES: Final = 2048  # schedules kept, least recently stored dropped first
+
+
+class RealizeState:
+    """The tables of the module docstring, each behind a small method; one instance, `STATE`."""
+
+    def __init__(self) -> None:
+        self._pending_assigns: dict[int, list[LazyTensor]] = {}
+        self._done_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+        self._readers: weakref.WeakSet[LazyTensor] = weakref.WeakSet()
+        self._readers_lock = threading.Lock()  # a WeakSet may not grow while another thread copies it
+        self._host_data: weakref.WeakKeyDictionary[Buffer, BytesLike] = weakref.WeakKeyDictionary()
+        # held from taking a Buffer's staged data until it is copied in: a thread realizing another graph over the
+        # same Buffer must not launch on it in between (it would read memory the copy has not filled yet)
+        self._flushing = threading.Lock()
+        self._schedules: OrderedDict[tuple[object, UOp], bytes] = OrderedDict()
+        self._schedules_lock = threading.Lock()
+        self._capture: ContextVar[Capture | None] = ContextVar("plygrad_capture", default=None)
+
+    # ---- assigns ------------------------------------------------------------------------------------------------
+    def record_assign(self, buffer_id: int, tensor: LazyTensor) -> None:
+        """`tensor` now holds an ASSIGN into buffer `buffer_id` that has not run."""
+        waiting = self._pending_assigns.setdefault(buffer_id, [])
+        if not any(t is tensor for t in waiting):
+            waiting.append(tensor)
+
+    def take_pending_assigns(self, buffer_ids: set[int]) -> list[LazyTensor]:
+        """The tensors holding pending assigns into these buffers, in buffer-id order and then in the order they
+        were made; they are no longer pending (the caller runs them)."""
+        found: list[LazyTensor] = []
+        if not self._pending_assigns:
+            return found
+        for buffer_id in sorted(buffer_ids & self._pending_assigns.keys()):
+            found.extend(self._pending_assigns.pop(buffer_id))
+        return found
+
+    def finish_assign(self, node: UOp, target: UOp, buffer_id: int, tensor: LazyTensor) -> None:
+        """The ASSIGN `node` (held by `tensor`) ran: later graphs read `target` instead, and it is not pending."""
+        self._done_assigns[node] = target
+        waiting = self._pending_assigns.get(buffer_id, [])
+        waiting[:] = [t for t in waiting if t is not tensor]
+
+    def any_done_assigns(self) -> bool:
+        """Whether some ASSIGN ran that a live graph may still hold."""
+        return bool(self._done_assigns)
+
+    def done_assigns_in(self, graph: UOp) -> dict[UOp, UOp]:
+        """The ASSIGN nodes of `graph` that already ran, each mapped to its target view."""
+        return {node: self._done_assigns[node] for node in graph.sparents() if node in self._done_assigns}
+
+    # ---- readers ------------------------------------------------------------------------------------------------
+    def add_reader(self, tensor: LazyTensor) -> None:
+        """`tensor`'s graph reads a Buffer (kept weakly: a reader that is gone needs no old values)."""
+        with self._readers_lock:
+            self._readers.add(tensor)
+
+    def readers(self) -> list[LazyTensor]:
+        """The live tensors whose graphs read a Buffer."""
+        with self._readers_lock:
+            return list(self._readers)
+
+    # ---- host data ----------------------------------------------------------------------------------------------
+    def stage(self, buf: Buffer, data: BytesLike) -> None:
+        """Remember `data` as `buf`'s contents; it is copied in the first time a realize needs the buffer."""
+        self._host_data[buf] = data
+
+    def flush(self, buffers: Iterable[Buffer]) -> None:
+        """Copy staged host data into those of `buffers` that still have some (in buffer-id order)."""
+        if not self._host_data:  # the common case once a program's inputs are in: nothing to look up
+            return
+        with self._flushing:
+            for buf in sorted(buffers, key=lambda b: b.id):
+                data = self._host_data.pop(buf, None)
+                if data is not None:
+                    buf.copyin(data)
+
+    # ---- schedules ----------------------------------------------------------------------------------------------
+    def schedule(self, scheduler: Callable[[bytes], bytes], key: UOp) -> bytes:
+        """The schedule bytes `scheduler` makes of the normalized graph `key`, asked once per (scheduler, key) and
+        kept (made outside the lock: two threads missing one key both make the same bytes rather than one waiting)."""
+        cache_key = (scheduler, key)
+        with self._schedules_lock:
+            data = self._schedules.get(cache_key)
+        if data is None:
+            data = scheduler(serialize(key, Stage.TENSOR))
+            with self._schedules_lock:
+                self._schedules[cache_key] = data
+                if len(self._schedules) > MAX_SCHEDULES:
+                    self._schedules.popitem(last=False)
+        return data
+
+    def forget_schedules(self) -> None:
+        """Drop every cached schedule (a scheduler plugin was installed or removed)."""
+        with self._schedules_lock:
+            self._schedules.clear()
+
+    # ---- JIT capture --------------------------------------------------------------------------------------------
+    @contextmanager
+    def capturing(self) -> Iterator[Capture]:
+        """Record every schedule run of this thread inside the block (its plan and Buffers) into the Capture this
+        yields; runs of other threads are not recorded."""
+        capture = Capture()
+        token = self._capture.set(capture)
+        try:
+            yield capture
+        finally:
+            self._capture.reset(token)
+
+    def capture(self) -> Capture | None:
+        """The Capture this thread is recording into, if any."""
+        return self._capture.get()
+
+    def shutdown(self) -> None:
+        """Let go of pending assigns: their tensors' Buffers must go before shutdown tears down the backends."""
+        self._pending_assigns.clear()
+
+
+STATE: Final = RealizeState()
+atexit.register(STATE.shutdown)
