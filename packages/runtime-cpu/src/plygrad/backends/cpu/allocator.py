@@ -1,25 +1,70 @@
-"""Host memory for the CPU backend: cffi-owned `char[]` arrays, whose addresses never move."""
+"""Host memory for the CPU backend: cffi-owned `char[]` arrays, whose addresses never move.
+
+Freed arrays of at least `CACHE_FROM` bytes are kept, up to PLYGRAD_CPU_BUFFER_CACHE bytes in all, and handed to
+the next allocation of the same size. A fresh large array is zero-filled memory the kernel has never touched: its
+first write page-faults every 4 KiB page, which for a 64 MiB output costs about as much as the kernel that fills it;
+realizing `x + y` again, or a training step, frees and asks for the same sizes every time. A reused array holds
+whatever its last owner left (the Allocator contract promises no contents; every kernel writes all of its output).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections import OrderedDict
+from typing import Any, Final
 
 import cffi
 
+from plygrad.backends.cpu.config import PLYGRAD_CPU_BUFFER_CACHE
 from plygrad.runtime.plugin import Allocator
+
+CACHE_FROM: Final = 1 << 16  # smaller arrays are cheap to make (malloc's own free lists): not worth holding
 
 
 class CFFIAllocator(Allocator[Any]):
-    """`alloc` gives a zeroed `char[nbytes]` cdata (malloc-aligned); copies (also between CPU devices) are memmoves."""
+    """`alloc` gives a `char[nbytes]` cdata (malloc-aligned; zeroed when new, reused ones keep their bytes); copies
+    (also between CPU devices) are memmoves."""
 
     def __init__(self, ffi: cffi.FFI) -> None:
         self.ffi = ffi
+        self._kept: dict[int, list[Any]] = {}  # freed arrays by size, the most recently freed last
+        self._freed: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # id -> (size, array), oldest first
+        self._kept_bytes = 0
+        self._lock = threading.Lock()  # a Buffer may be freed by the garbage collector in any thread
 
     def alloc(self, nbytes: int) -> Any:
+        if nbytes >= CACHE_FROM:
+            with self._lock:
+                kept = self._kept.get(nbytes)
+                if kept:
+                    handle = kept.pop()
+                    del self._freed[id(handle)]
+                    self._kept_bytes -= nbytes
+                    return handle
         return self.ffi.new("char[]", nbytes)
 
     def free(self, handle: Any) -> None:
-        self.ffi.release(handle)
+        nbytes = self.ffi.sizeof(handle)
+        limit = PLYGRAD_CPU_BUFFER_CACHE.get() if nbytes >= CACHE_FROM else 0
+        if nbytes > limit:
+            self.ffi.release(handle)
+            return
+        evicted: list[Any] = []
+        with self._lock:
+            self._kept.setdefault(nbytes, []).append(handle)
+            self._freed[id(handle)] = (nbytes, handle)
+            self._kept_bytes += nbytes
+            while self._kept_bytes > limit:  # the arrays freed longest ago go first
+                _, (size, old) = self._freed.popitem(last=False)
+                self._kept[size].remove(old)
+                self._kept_bytes -= size
+                evicted.append(old)
+        for old in evicted:
+            self.ffi.release(old)
+
+    def kept_bytes(self) -> int:
+        """Bytes of freed arrays held for reuse now."""
+        return self._kept_bytes
 
     def copyin(self, handle: Any, src: memoryview) -> None:
         self.ffi.memmove(handle, src, src.nbytes)

@@ -1,0 +1,64 @@
+"""The CPU allocator's cache of freed arrays (allocator.py): same-size allocations reuse them, bounded by
+PLYGRAD_CPU_BUFFER_CACHE, the arrays freed longest ago evicted first, small arrays never kept."""
+
+from __future__ import annotations
+
+import cffi
+import pytest
+
+from plygrad.backends.cpu.allocator import CACHE_FROM, CFFIAllocator
+
+
+def _address(ffi: cffi.FFI, handle: object) -> int:
+    return int(ffi.cast("uintptr_t", handle))
+
+
+def test_a_freed_array_serves_the_next_allocation_of_its_size() -> None:
+    ffi = cffi.FFI()
+    allocator = CFFIAllocator(ffi)
+    first = allocator.alloc(CACHE_FROM)
+    where = _address(ffi, first)
+    allocator.free(first)
+    assert allocator.kept_bytes() == CACHE_FROM
+    other = allocator.alloc(2 * CACHE_FROM)  # another size: a new array
+    assert _address(ffi, other) != where
+    again = allocator.alloc(CACHE_FROM)
+    assert _address(ffi, again) == where and allocator.kept_bytes() == 0
+
+
+def test_small_arrays_are_released_at_once() -> None:
+    allocator = CFFIAllocator(cffi.FFI())
+    allocator.free(allocator.alloc(CACHE_FROM - 1))
+    assert allocator.kept_bytes() == 0
+
+
+def test_the_cache_is_bounded_and_drops_the_arrays_freed_longest_ago(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PLYGRAD_CPU_BUFFER_CACHE", str(3 * CACHE_FROM))
+    ffi = cffi.FFI()
+    allocator = CFFIAllocator(ffi)
+    a, b = allocator.alloc(CACHE_FROM), allocator.alloc(2 * CACHE_FROM)
+    c = allocator.alloc(CACHE_FROM)
+    where_b, where_c = _address(ffi, b), _address(ffi, c)
+    allocator.free(a)
+    allocator.free(b)
+    assert allocator.kept_bytes() == 3 * CACHE_FROM
+    allocator.free(c)  # over the bound: a, freed longest ago, goes
+    assert allocator.kept_bytes() == 3 * CACHE_FROM
+    assert _address(ffi, allocator.alloc(CACHE_FROM)) == where_c
+    assert _address(ffi, allocator.alloc(2 * CACHE_FROM)) == where_b
+    monkeypatch.setenv("PLYGRAD_CPU_BUFFER_CACHE", "0")
+    allocator.free(allocator.alloc(CACHE_FROM))
+    assert allocator.kept_bytes() == 0
+
+
+def test_reused_memory_round_trips_new_data() -> None:
+    allocator = CFFIAllocator(cffi.FFI())
+    handle = allocator.alloc(CACHE_FROM)
+    allocator.copyin(handle, memoryview(b"\xff" * CACHE_FROM))
+    allocator.free(handle)
+    handle = allocator.alloc(CACHE_FROM)
+    data = bytes(range(256)) * (CACHE_FROM // 256)
+    allocator.copyin(handle, memoryview(data))
+    out = bytearray(CACHE_FROM)
+    allocator.copyout(memoryview(out), handle)
+    assert bytes(out) == data
