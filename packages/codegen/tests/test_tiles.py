@@ -115,6 +115,14 @@ def test_gathered_operand_gets_one_vector_and_many_rows() -> None:
     assert opts[:2] == [Opt(U, 2, 16), Opt(U, 1, 16)]
 
 
+def test_a_gathered_batched_product_threads_its_batch_not_its_panels() -> None:
+    """q @ k^T (96 heads of 128x64, keys read along the reduction): no panel stays in cache, so each thread takes
+    whole heads; the same shape read plainly keeps the threads on its panels."""
+    assert choose_opts(batched(96, 128, 64, 128, True), XEON)[-1] == Opt(T, 0, 2)
+    assert choose_opts(batched(96, 128, 64, 128, False), XEON)[-1] == Opt(T, 2, 2)
+    assert_heuristic_is_exact(batched(6, 32, 16, 64, True))
+
+
 @settings(max_examples=20, deadline=None)
 @given(m=st.sampled_from([1, 3, 4, 12, 20, 64]), k=st.sampled_from([1, 5, 16, 96, 256]),
        n=st.sampled_from([1, 7, 16, 48, 80, 128]))
