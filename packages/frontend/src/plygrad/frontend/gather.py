@@ -109,9 +109,7 @@ def _scatter_parts(x: Tensor, axis: int, idx: Tensor, src: Tensor) -> tuple[Tens
 
 
 def _scatter_src(x: Tensor, src: LazyTensor | Scalar, idx: Tensor, op: str) -> Tensor:
-    if isinstance(src, LazyTensor):
-        if not is_tensor(src):
-            raise TypeError(f"{op}: unsupported src type {type(src).__name__}")
+    if is_tensor(src):
         if src.ndim != x.ndim or any(i > s for i, s in zip(idx.shape, src.shape, strict=True)):
             raise ShapeError(f"{op}: src of shape {src.shape} must have as many axes as the tensor "
                              f"({x.shape}) and be at least the index's shape {idx.shape} on each")

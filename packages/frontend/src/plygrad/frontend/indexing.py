@@ -194,9 +194,7 @@ def _index_item(x: Tensor, item: Any) -> Any:
         return int(item)
     if isinstance(item, np.bool_):
         return bool(item)
-    if isinstance(item, LazyTensor):
-        if not is_tensor(item):
-            raise TypeError(f"indexing: unsupported index type {type(item).__name__}")
+    if is_tensor(item):
         if item.device != x.device:
             raise ValueError(f"indexing: the index is on {item.device} but the tensor is on {x.device}; "
                              "move one with .to(device)")

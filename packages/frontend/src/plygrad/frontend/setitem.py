@@ -24,9 +24,7 @@ if TYPE_CHECKING:
 
 
 def _value_for(x: Tensor, value: LazyTensor | Scalar | Sequence[Any], op: str) -> Tensor:
-    if isinstance(value, LazyTensor):
-        if not is_tensor(value):
-            raise TypeError(f"{op}: unsupported value type {type(value).__name__}")
+    if is_tensor(value):
         if value.device != x.device:
             raise ValueError(f"{op}: the value is on {value.device} but the tensor is on {x.device}; "
                              "move one with .to(device)")
