@@ -6,7 +6,7 @@ from __future__ import annotations
 import cffi
 import pytest
 
-from plygrad.backends.cpu.allocator import CACHE_FROM, CFFIAllocator
+from plygrad.backends.cpu.allocator import ALIGNMENT, CACHE_FROM, CFFIAllocator
 
 
 def _address(ffi: cffi.FFI, handle: object) -> int:
@@ -62,3 +62,17 @@ def test_reused_memory_round_trips_new_data() -> None:
     out = bytearray(CACHE_FROM)
     allocator.copyout(memoryview(out), handle)
     assert bytes(out) == data
+
+
+@pytest.mark.parametrize("nbytes", [1, 100, 4096, 1 << 16, (4 << 20) + 4])
+def test_arrays_start_on_a_cache_line(nbytes: int) -> None:
+    """malloc gives 16-byte alignment (a large array sits 16 bytes past a page): 64-byte vector loads would then
+    straddle two cache lines. Fresh arrays are zeroed, reused ones keep their alignment."""
+    ffi = cffi.FFI()
+    allocator = CFFIAllocator(ffi)
+    handle = allocator.alloc(nbytes)
+    assert int(ffi.cast("uintptr_t", handle)) % ALIGNMENT == 0 and ffi.sizeof(handle) == nbytes
+    assert bytes(ffi.buffer(handle)) == bytes(nbytes)
+    allocator.free(handle)
+    again = allocator.alloc(nbytes)
+    assert int(ffi.cast("uintptr_t", again)) % ALIGNMENT == 0
