@@ -9,6 +9,7 @@ from __future__ import annotations
 from plygrad.ir import AxisType, DType, KernelInfo, Ops, UOp, dtypes
 
 IDX = dtypes.index
+F32 = dtypes.float32
 
 
 def param(index: int, dtype: DType, size: int) -> UOp:
@@ -168,3 +169,23 @@ def count(n: int) -> UOp:
     out = param(0, dtypes.int32, 4)
     i, j = loop(4, 0), red(n, 1)
     return sink(store(out, i, UOp(Ops.REDUCE, dtypes.int32, (UOp.const(dtypes.int32, 1), j), Ops.ADD)))
+
+
+def batched(batch: int, m: int, k: int, n: int, transposed: bool) -> UOp:
+    """out[b, i, j] = sum_r a[b, i, r] * w[b, r, j] (w read as w[b, j, r] when `transposed`: q @ k^T)."""
+    out, a, w = param(0, F32, batch * m * n), param(1, F32, batch * m * k), param(2, F32, batch * k * n)
+    b, i, j, r = loop(batch, 0), loop(m, 1), loop(n, 2), red(k, 3)
+    w_index = b * (k * n) + (j * k + r if transposed else r * n + j)
+    total = UOp(Ops.REDUCE, F32, (load(a, b * (m * k) + i * k + r) * load(w, w_index), r), Ops.ADD)
+    return sink(UOp(Ops.END, dtypes.void, (store(out, b * (m * n) + i * n + j, total), b, i, j)), name="bmm")
+
+
+def conv1d(cout: int, cin: int, width: int, ks: int = 3) -> UOp:
+    """out[o, x] = sum_c,s w[o, c, s] * in[c, x + s - 1], zero outside the input (padding 1): gates per lane."""
+    out, x, w = param(0, F32, cout * width), param(1, F32, cin * width), param(2, F32, cout * cin * ks)
+    o, p, c, s = loop(cout, 0), loop(width, 1), red(cin, 2), red(ks, 3)
+    pos = p + s - 1
+    inside = (UOp.const(dtypes.index, -1) < pos).alu(Ops.AND, pos < width)
+    total = UOp(Ops.REDUCE, F32, (load(w, o * (cin * ks) + c * ks + s) * load(x, c * width + pos, inside), c, s),
+                Ops.ADD)
+    return sink(UOp(Ops.END, dtypes.void, (store(out, o * width + p, total), o, p)), name="conv1d")

@@ -92,3 +92,15 @@ def run_program(program: UOp, buffers: list[np.ndarray], variables: dict[str, in
     fn.restype = None
     values = [(variables or {})[str(v.arg[0])] for v in var_nodes]
     fn(*[b.ctypes.data for b in buffers], *values)
+
+
+@functools.cache
+def native_flags() -> tuple[str, ...]:
+    """The CPU backend's code-generation flags where the compiler takes them: the AVX-512 code paths are where GCC
+    miscompiled before (packages/runtime-cpu compiler.py), so the kernels here are compiled the same way."""
+    src = _BUILD / "native-probe.c"
+    src.write_text("void probe(float* out) { out[0] = 1.0f; }\n")
+    flags = ("-march=native", "-fno-tree-loop-if-convert")
+    done = subprocess.run([*compiler(), "-shared", "-fPIC", *flags, "-o", str(_BUILD / "native-probe.so"), str(src)],
+                          capture_output=True, check=False)
+    return flags if done.returncode == 0 else ()

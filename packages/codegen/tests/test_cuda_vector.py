@@ -28,7 +28,9 @@ from plygrad.codegen.alignment import known_multiple
 from plygrad.codegen.renderer.cuda_types import vector_type
 from plygrad.ir import DType, DTypeKind, Ops, Opt, OptOps, Target, UOp, dtypes, exec_alu
 
-CPU = Target("CPU", "c", threads=1)
+# the reference C program contracts sums of products as the GPU targets do (has_fma: docs/ir.md §5), so the two
+# agree bit for bit wherever they add in the same order
+CPU = Target("CPU", "c", threads=1, has_fma=True)
 SM90, SM80 = Target.cuda("sm_90"), Target.cuda("sm_80")
 G, L, U = OptOps.GROUP, OptOps.LOCAL, OptOps.UPCAST
 IDX = dtypes.index

@@ -23,7 +23,9 @@ from test_cuda import CASES, Case, _compare, _inputs
 from plygrad.codegen import CodegenError, lower_uop
 from plygrad.ir import DType, DTypeKind, Ops, Opt, OptOps, Target, UOp, bitcast_value, cast_value, dtypes, exec_alu
 
-CPU = Target("CPU", "c", threads=1)
+# the reference C program contracts sums of products as the GPU targets do (has_fma: docs/ir.md §5), so the two
+# agree bit for bit wherever they add in the same order
+CPU = Target("CPU", "c", threads=1, has_fma=True)
 METAL = Target.metal("apple7")
 FLOATS = [dtypes.float16, dtypes.bfloat16, dtypes.float32]  # Metal has no float64
 G, L = OptOps.GROUP, OptOps.LOCAL

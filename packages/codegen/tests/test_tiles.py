@@ -4,57 +4,22 @@ transposed and batched layouts and padded windows (vector loads with a gate per 
 
 from __future__ import annotations
 
-import functools
-import subprocess
-
 import numpy as np
 import pytest
-from cg_kernels import load, loop, matmul, param, red, sink, store
-from cg_run import _BUILD, compiler, run_program
+from cg_kernels import batched, conv1d, matmul
+from cg_run import native_flags, run_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plygrad.codegen import choose_opts, lower_uop
 from plygrad.codegen.tiles import panel_rows, tile_shape
-from plygrad.ir import Ops, Opt, OptOps, Target, UOp, dtypes
+from plygrad.ir import Opt, OptOps, Target, UOp, dtypes
 
 F32 = dtypes.float32
 WIDE = ((F32, (2, 4, 8, 16)), (dtypes.float64, (2, 4, 8)))
 XEON = Target("CPU", "c", threads=2, vector_widths=WIDE, cache_sizes=(48 << 10, 2 << 20, 260 << 20))
 SMALL = Target("CPU", "c", threads=4, vector_widths=((F32, (2, 4, 8)),), cache_sizes=(32 << 10, 256 << 10))
 U, B, T = OptOps.UPCAST, OptOps.BLOCK, OptOps.THREAD
-
-
-@functools.cache
-def native_flags() -> tuple[str, ...]:
-    """The CPU backend's code-generation flags where the compiler takes them: the AVX-512 code paths are where GCC
-    miscompiled before (packages/runtime-cpu compiler.py), so the kernels here are compiled the same way."""
-    src = _BUILD / "native-probe.c"
-    src.write_text("void probe(float* out) { out[0] = 1.0f; }\n")
-    flags = ("-march=native", "-fno-tree-loop-if-convert")
-    done = subprocess.run([*compiler(), "-shared", "-fPIC", *flags, "-o", str(_BUILD / "native-probe.so"), str(src)],
-                          capture_output=True, check=False)
-    return flags if done.returncode == 0 else ()
-
-
-def batched(batch: int, m: int, k: int, n: int, transposed: bool) -> UOp:
-    """out[b, i, j] = sum_r a[b, i, r] * w[b, r, j] (w read as w[b, j, r] when `transposed`: q @ k^T)."""
-    out, a, w = param(0, F32, batch * m * n), param(1, F32, batch * m * k), param(2, F32, batch * k * n)
-    b, i, j, r = loop(batch, 0), loop(m, 1), loop(n, 2), red(k, 3)
-    w_index = b * (k * n) + (j * k + r if transposed else r * n + j)
-    total = UOp(Ops.REDUCE, F32, (load(a, b * (m * k) + i * k + r) * load(w, w_index), r), Ops.ADD)
-    return sink(UOp(Ops.END, dtypes.void, (store(out, b * (m * n) + i * n + j, total), b, i, j)), name="bmm")
-
-
-def conv1d(cout: int, cin: int, width: int, ks: int = 3) -> UOp:
-    """out[o, x] = sum_c,s w[o, c, s] * in[c, x + s - 1], zero outside the input (padding 1): gates per lane."""
-    out, x, w = param(0, F32, cout * width), param(1, F32, cin * width), param(2, F32, cout * cin * ks)
-    o, p, c, s = loop(cout, 0), loop(width, 1), red(cin, 2), red(ks, 3)
-    pos = p + s - 1
-    inside = (UOp.const(dtypes.index, -1) < pos).alu(Ops.AND, pos < width)
-    total = UOp(Ops.REDUCE, F32, (load(w, o * (cin * ks) + c * ks + s) * load(x, c * width + pos, inside), c, s),
-                Ops.ADD)
-    return sink(UOp(Ops.END, dtypes.void, (store(out, o * width + p, total), o, p)), name="conv1d")
 
 
 def outputs(kernel: UOp, target: Target, opts: list[Opt] | None, seed: int = 0) -> tuple[np.ndarray, str]:

@@ -7,9 +7,12 @@ transcendentals within one unit in the last place.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import struct
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import ml_dtypes
@@ -134,16 +137,73 @@ def test_float_max_of_zeros_is_positive_zero(dt: DType) -> None:
     assert math.copysign(1.0, float(exec_alu(Ops.MAX, dt, (0.0, -0.0)))) == 1.0
 
 
-@pytest.mark.parametrize("dt", (dtypes.float16, dtypes.bfloat16, dtypes.float32), ids=str)
+def correctly_rounded(dt: DType, exact: Fraction) -> float:
+    """`exact` rounded once to `dt` (nearest, ties to the even bit pattern), found among the neighbours of NumPy's
+    cast of the nearest float64: a reference that shares no code with exec_alu's round-to-odd."""
+    try:
+        nearest = float(exact)
+    except OverflowError:
+        nearest = math.inf if exact > 0 else -math.inf
+    with np.errstate(over="ignore"):
+        guess = np.array([nearest]).astype(np_dtype(dt))
+    pattern = int(guess.view(np_uint(dt))[0])
+    candidates = []
+    for step in (-1, 0, 1):
+        value = from_bits((pattern + step) % (1 << dt.bitsize), dt)
+        if math.isnan(value):
+            continue
+        # infinity stands where the next power of two past the largest finite value would (IEEE's overflow rule)
+        infinity = int(np.array([np.inf]).astype(np_dtype(dt)).view(np_uint(dt))[0])
+        largest = from_bits(infinity - 1, dt)
+        ulp = largest - from_bits(infinity - 2, dt)
+        at = Fraction(math.copysign(largest, value)) + Fraction(math.copysign(ulp, value)) if math.isinf(value) \
+            else Fraction(value)
+        candidates.append((abs(at - exact), (pattern + step) & 1, value))
+    return min(candidates)[2]
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=str)
 @GRID
 @given(data=st.data())
-def test_float_mulacc_rounds_once_from_float64(dt: DType, data: st.DataObject) -> None:
-    # a*b of two narrow floats is exact in float64, so MULACC is the float64 a*b+c rounded to the dtype: NumPy
-    # computes that in float64 and casts
+def test_float_mulacc_is_a_fused_multiply_add_rounded_once(dt: DType, data: st.DataObject) -> None:
     x, y, z = (data.draw(float_values(dt)) for _ in range(3))
-    with np.errstate(all="ignore"):
-        ref = (np.float64(x) * np.float64(y) + np.float64(z)).astype(np_dtype(dt))
-    assert_same_float(exec_alu(Ops.MULACC, dt, (x, y, z)), ref, dt)
+    got = exec_alu(Ops.MULACC, dt, (x, y, z))
+    if not all(math.isfinite(v) for v in (x, y, z)):  # infinities and NaN: IEEE's rules, as float64 follows them
+        with np.errstate(all="ignore"):
+            plain = np.float64(x) * np.float64(y) + np.float64(z)
+        assert_same_float(got, np.array([plain]).astype(np_dtype(dt))[0], dt)
+        return
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    if exact == 0:  # IEEE's signed zeros: a zero product keeps the sign rule of +, a cancellation gives +0.0
+        expected = (0.0 * math.copysign(1.0, x) * math.copysign(1.0, y) + z) if x == 0 or y == 0 else 0.0
+        assert_same_float(got, expected, dt)
+        return
+    assert_same_float(got, correctly_rounded(dt, exact), dt)
+
+
+@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64], ids=str)
+@settings(max_examples=300)
+@given(data=st.data())
+def test_float_mulacc_matches_the_c_librarys_fma(dt: DType, data: st.DataObject) -> None:
+    """glibc's fmaf/fma are correctly rounded (the hardware instruction where there is one)."""
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    fma = libm.fma if dt is dtypes.float64 else libm.fmaf
+    ctype = ctypes.c_double if dt is dtypes.float64 else ctypes.c_float
+    fma.restype, fma.argtypes = ctype, [ctype] * 3
+    x, y, z = (data.draw(float_values(dt)) for _ in range(3))
+    assert_same_float(exec_alu(Ops.MULACC, dt, (x, y, z)), fma(x, y, z), dt)
+
+
+def test_mulacc_cases_where_rounding_twice_differs() -> None:
+    """One rounding of the exact value, where rounding the product (or a float64 sum) first gives another answer."""
+    e = 2.0**-23
+    assert exec_alu(Ops.MULACC, dtypes.float32, (1 + e, 1 + e, -(1 + 2 * e))) == 2.0**-46  # a*b+c gives 0
+    assert exec_alu(Ops.MULACC, dtypes.float64, (0.1, 10.0, -1.0)) == 2.0**-54  # 0.1*10 rounds to 1.0 first
+    # exact 1 + 2^-23 + 2^-24 - 2^-60 lies just under a float32 tie; in float64 it rounds onto the tie, which
+    # then goes to the even neighbour 1 + 2^-22: rounding once gives 1 + 2^-23
+    x, y, z = 1 - 2.0**-18, 2.0**-24 * (1 + 2.0**-18), 1 + e
+    assert truncate(dtypes.float32, x * y + z) == 1 + 2 * e
+    assert exec_alu(Ops.MULACC, dtypes.float32, (x, y, z)) == 1 + e
 
 
 # ---- floats: transcendentals, within one ulp ---------------------------------------------------------------------

@@ -56,3 +56,22 @@ def test_block_axis_and_action_round_trip_in_binary_and_text() -> None:
     root = UOp(Ops.SINK, dtypes.void, (r,), KernelInfo("blocked", (Opt(OptOps.BLOCK, 2, 128),)))
     assert deserialize(serialize(root, Stage.GRAPH), Stage.GRAPH) is root
     assert from_text(to_text(root, Stage.GRAPH), Stage.GRAPH) is root
+
+
+# ---- opset 1.3: Target.has_fma -----------------------------------------------------------------------------------
+def test_has_fma_defaults_to_false_and_round_trips() -> None:
+    assert Target("CPU", "c").has_fma is False
+    target = Target("CPU", "c", threads=2, cache_sizes=(1 << 15,), has_fma=True)
+    assert deserialize_target(serialize_target(target)) == target
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_a_has_fma_that_is_not_a_bool_raises_naming_the_field(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"Target\.has_fma "):
+        Target("CPU", "c", has_fma=bad)  # type: ignore[arg-type]
+
+
+def test_target_bytes_written_before_has_fma_read_as_no_fma() -> None:
+    """The golden 1.0 target predates the field: it reads as False, so an older backend's kernels keep their
+    separate multiply and add."""
+    assert deserialize_target(GOLDEN_1_0.read_bytes()).has_fma is False

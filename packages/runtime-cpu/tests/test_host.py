@@ -1,9 +1,10 @@
-"""What the CPU backend reads about its host (host.py): cache sizes from a sysfs folder, vector registers from the
-CPU's flags, and the Target built from both."""
+"""What the CPU backend reads about its host (host.py): cache sizes from a sysfs folder, vector registers and the
+fused multiply-add from the CPU's flags, and the Target built from them."""
 
 from __future__ import annotations
 
 import os
+import platform
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,9 @@ from plygrad.backends.cpu.compiler import Toolchain, probe_toolchain
 from plygrad.backends.cpu.host import (
     DEFAULT_CACHE_SIZES,
     cpu_flags,
+    has_fma,
     host_cache_sizes,
+    host_cpu_flags,
     parse_cache_size,
     read_cache_sizes,
     vector_bytes,
@@ -88,3 +91,22 @@ def test_cpu_target_follows_the_toolchain() -> None:
                                                                         if f != "-march=native")))
     assert baseline.vector_widths_for(dtypes.float32) == (2, 4)  # without -march=native: 16-byte registers
     assert max(target.vector_widths_for(dtypes.float32)) >= 4
+
+
+@pytest.mark.parametrize(("machine", "flags", "native", "fma"), [
+    ("x86_64", {"avx2", "fma"}, True, True), ("x86_64", {"avx2", "fma"}, False, False),
+    ("x86_64", {"avx"}, True, False), ("aarch64", {"asimd"}, False, True), ("arm64", set(), True, True),
+    ("riscv64", {"fma"}, True, False),
+])
+def test_has_fma(machine: str, flags: set[str], native: bool, fma: bool) -> None:
+    """x86 has the instruction only with the `fma` flag and compiled code uses it only with -march=native; every
+    64-bit Arm core has it."""
+    assert has_fma(machine, frozenset(flags), native) is fma
+
+
+def test_cpu_target_has_fma_where_the_compiled_code_has_it() -> None:
+    chain = probe_toolchain()
+    native = "-march=native" in chain.flags
+    assert cpu_target(chain).has_fma is has_fma(platform.machine(), host_cpu_flags(), native)
+    without = Toolchain(chain.command, chain.version, tuple(f for f in chain.flags if f != "-march=native"))
+    assert cpu_target(without).has_fma is (platform.machine().lower() in ("aarch64", "arm64"))

@@ -14,7 +14,10 @@ Three rule tables, run in this order by lower.py:
   plain loop would, so unrolling one reduce axis (however often it is split) never changes a floating-point
   result. Unrolling two different reduce axes reorders the accumulation as any loop interchange does. A
   reduction BLOCK split (block.py) is lowered together with its store, in the same table: its accumulator starts
-  from the partial value the previous block stored.
+  from the partial value the previous block stored. On a target with a fused multiply-add (`Target.has_fma`),
+  a float32/float64 sum of products updates its accumulator with `MULACC(a, b, acc)` (one rounding per step,
+  as BLAS libraries do: docs/ir.md §5, "Contraction"), every copy and every block alike, so UNROLL and BLOCK
+  still change no result.
 
 The ordering the linearizer needs is carried by extra sources (the GRAPH stage allows them): the init STORE lists
 the ranges open around the reduce, the in-loop LOAD lists the init STORE and the reduce loops, and the final LOAD
@@ -146,9 +149,22 @@ def accumulate(ctx: RegSlots, red: UOp, start: Callable[[UOp], UOp] | None = Non
     if not loops:  # fully unrolled: a chain from the identity, exactly what the loop would compute
         result = identity
         for v in values:
-            result = result.alu(op, v)
+            result = update(ctx.target, op, result, v)
         return result
     return _accumulate_values(ctx, red, identity, values, loops)
+
+
+CONTRACTED: Final = frozenset({dtypes.float32, dtypes.float64})  # float dtypes whose MULACC is a hardware FMA
+
+
+def update(target: Target | None, op: Ops, acc: UOp, value: UOp) -> UOp:
+    """One step of a reduction: `acc op value`, or `MULACC(a, b, acc)` for a float32/float64 sum of products
+    `a * b` on a target with a fused multiply-add (docs/ir.md §5, "Contraction"): one rounding instead of two,
+    and one instruction where the product and the sum took two, which is what a matmul's inner loop is made of."""
+    if (op is Ops.ADD and target is not None and target.has_fma and value.op is Ops.MUL
+            and value.dtype.scalar() in CONTRACTED and value.dtype == acc.dtype):
+        return UOp(Ops.MULACC, acc.dtype, (value.src[0], value.src[1], acc))
+    return acc.alu(op, value)
 
 
 def _max_in_lanes(ctx: RegSlots, red: UOp, unrolled: list[UOp], loops: tuple[UOp, ...]) -> UOp | None:
@@ -186,9 +202,9 @@ def _accumulate_values(ctx: RegSlots, red: UOp, identity: UOp, values: list[UOp]
     init = UOp(Ops.STORE, dtypes.void, (slot, identity, *sorted(outer, key=lambda r: int(r.arg[0]))))
     acc = UOp(Ops.LOAD, red.dtype, (slot, init, *loops))
     for v in values:
-        acc = acc.alu(red.arg, v)
-    update = UOp(Ops.STORE, dtypes.void, (slot, acc))
-    return UOp(Ops.LOAD, red.dtype, (slot, UOp(Ops.END, dtypes.void, (update, *loops))))
+        acc = update(ctx.target, red.arg, acc, v)
+    write = UOp(Ops.STORE, dtypes.void, (slot, acc))
+    return UOp(Ops.LOAD, red.dtype, (slot, UOp(Ops.END, dtypes.void, (write, *loops))))
 
 
 def _vector_lanes(target: Target, value: UOp, u: UOp) -> Callable[[UOp], list[UOp]] | None:

@@ -234,7 +234,8 @@ def program_name(kernel: UOp) -> str:
 
 
 def estimate(linear: list[UOp]) -> tuple[int, int]:
-    """(ALU operations, bytes of global memory moved) by one launch: each statement times its loops' trips.
+    """(ALU operations, bytes of global memory moved) by one launch: each statement times its loops' trips
+    (MULACC counts 2, like the MUL and ADD it fuses, so a matmul's estimate does not depend on Target.has_fma).
 
     Address arithmetic (index dtype) is not counted: it is the loop's bookkeeping, not the kernel's work."""
     ops = mem = 0
@@ -255,7 +256,8 @@ def estimate(linear: list[UOp]) -> tuple[int, int]:
         elif node.op not in (Ops.IF, Ops.ENDIF, Ops.CAST, Ops.BITCAST, Ops.VECTORIZE, Ops.GEP, Ops.BARRIER,
                              Ops.DEFINE_LOCAL) \
                 and not _index_math(node):
-            ops += trips[-1] * node.dtype.count  # a vector op is one operation per lane
+            # a vector op is one operation per lane; a fused multiply-add is the product and the sum it replaces
+            ops += trips[-1] * node.dtype.count * (2 if node.op is Ops.MULACC else 1)
     return ops, mem
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from fractions import Fraction
 from functools import partial
 from typing import Final
 
@@ -216,6 +217,27 @@ def bitcast_value(value: ConstType, src: DType, to: DType) -> ConstType:
 
 
 # ---- float helpers that never raise ----------------------------------------------------------------------------
+def _fused_multiply_add(dt: DType, x: float, y: float, z: float) -> float:
+    """x*y + z rounded once at `dt` (MULACC, a fused multiply-add: docs/ir.md §5). The exact value is a fraction;
+    float() of it is the correctly rounded float64. For a narrower dtype that float64 is first made round-to-odd
+    (an inexact result with an even last bit steps to its neighbour towards the exact value), which float64's 29
+    extra bits make exact for the second rounding: float32's fmaf, not a product and a sum rounded in turn."""
+    if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
+        return x * y + z  # inf and NaN follow IEEE's rules, which one rounding does not change
+    exact = Fraction(x) * Fraction(y) + Fraction(z)
+    if exact == 0:  # the sign of zero: an exact -0.0 * y + -0.0 keeps its sign, a cancellation gives +0.0
+        product = x * y
+        return product + z if product == 0 else 0.0
+    try:
+        nearest = float(exact)
+    except OverflowError:
+        return math.inf if exact > 0 else -math.inf
+    if dt.scalar() is not dtypes.float64 and Fraction(nearest) != exact \
+            and struct.unpack("<Q", struct.pack("<d", nearest))[0] & 1 == 0:
+        nearest = math.nextafter(nearest, math.inf if exact > nearest else -math.inf)
+    return nearest
+
+
 def _fdiv(x: float, y: float) -> float:
     if y == 0.0:
         if x == 0.0 or math.isnan(x):
@@ -328,7 +350,7 @@ _FLOAT_ALU: Final[dict[Ops, Callable[..., ConstType]]] = {
     Ops.NEG: lambda x: -x, Ops.RECIPROCAL: lambda x: _fdiv(1.0, x), Ops.SQRT: _sqrt, Ops.EXP2: _exp2,
     Ops.LOG2: _log2, Ops.SIN: _sin, Ops.TRUNC: _trunc,
     Ops.ADD: lambda x, y: x + y, Ops.SUB: lambda x, y: x - y, Ops.MUL: lambda x, y: x * y, Ops.FDIV: _fdiv,
-    Ops.MAX: _fmax, Ops.POW: _pow, Ops.MULACC: lambda x, y, z: x * y + z,
+    Ops.MAX: _fmax, Ops.POW: _pow,  # MULACC: exec_alu's _fused_multiply_add (it needs the dtype)
 }
 _INT_ALU: Final[dict[Ops, Callable[..., ConstType]]] = {
     Ops.NEG: lambda x: -x, Ops.TRUNC: lambda x: x,
@@ -356,6 +378,8 @@ def exec_alu(op: Ops, dtype: DType, operands: tuple[ConstType, ...]) -> ConstTyp
         return truncate(dtype, operands[1] if operands[0] else operands[2])
     scalar = dtype.scalar()
     if scalar.kind is DTypeKind.FLOAT:
+        if op is Ops.MULACC:
+            return truncate(scalar, _fused_multiply_add(scalar, *(float(x) for x in operands)))
         fn = _FLOAT_ALU.get(op)
         args: tuple[ConstType, ...] = tuple(float(x) for x in operands)
     elif scalar.kind is DTypeKind.BOOL:

@@ -85,7 +85,8 @@ class Target:
     `has_local=False` (a CPU) runs every kernel with local size 1. `threads` is how many CPU threads may run one
     kernel's outer loop in parallel. `cache_sizes` are the bytes of each data cache level one core sees, innermost
     first (L1d, L2, L3...; a cache shared by several cores at its full size), empty where unknown: codegen sizes
-    its cache blocks from them.
+    its cache blocks from them. `has_fma` says the device computes a fused multiply-add (one rounding) as fast as
+    a product: codegen then accumulates a sum of products with MULACC (docs/ir.md §5, "Contraction").
     """
 
     device: str
@@ -103,6 +104,7 @@ class Target:
     tensor_cores: tuple[TensorCore, ...] = ()
     threads: int = 1
     cache_sizes: tuple[int, ...] = ()  # added in opset 1.1: older Target bytes read as () (unknown)
+    has_fma: bool = False  # added in opset 1.3: older Target bytes read as False (no fused multiply-add)
 
     def __post_init__(self) -> None:
         for name in ("device", "renderer"):
@@ -111,7 +113,7 @@ class Target:
                 raise ValueError(f"Target.{name} must be a non-empty string, got {value!r}")
         if not isinstance(self.arch, str):
             raise ValueError(f"Target.arch must be a string, got {self.arch!r}")
-        for name in ("has_local", "has_shared"):
+        for name in ("has_local", "has_shared", "has_fma"):
             if type(getattr(self, name)) is not bool:
                 raise ValueError(f"Target.{name} must be a bool, got {getattr(self, name)!r}")
         _positive_triple("global_max", self.global_max)
@@ -151,15 +153,16 @@ class Target:
         workgroups of up to 1024 threads, 48 KiB of static shared memory per block (what every arch since sm_30
         gives without opting in), vector loads and stores of up to 16 bytes for every dtype but bool (`float4`,
         8 halves, 16 bytes), every dtype, and from sm_80 on the tensor cores of `mma.sync` m16n8k16 (float16 or
-        bfloat16 x 16 -> float32). Built here, in plygrad-ir, so a backend that depends only on plygrad-ir
-        and plygrad-runtime can make it (docs/codegen.md §5)."""
+        bfloat16 x 16 -> float32), and a fused multiply-add (`has_fma`: every GPU's FFMA). Built here, in
+        plygrad-ir, so a backend that depends only on plygrad-ir and plygrad-runtime can make it (docs/codegen.md
+        §5)."""
         if not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].rstrip("af").isdigit()):
             raise ValueError(f"Target.cuda: arch must be an NVIDIA compute capability like 'sm_80' or 'sm_90a', "
                              f"got {arch!r}")
         return Target(device, "cuda", arch=arch, has_local=True, has_shared=True, global_max=(2**31 - 1, 65535, 65535),
                       local_max=(1024, 1024, 64), max_threads_per_group=1024, shared_max=48 * 1024,
                       vector_widths=_CUDA_VECTOR_WIDTHS, threads=1,
-                      tensor_cores=_CUDA_TENSOR_CORES if int(arch[3:].rstrip("af")) >= 80 else ())
+                      tensor_cores=_CUDA_TENSOR_CORES if int(arch[3:].rstrip("af")) >= 80 else (), has_fma=True)
 
     @staticmethod
     def metal(arch: str = "apple7", device: str = "METAL") -> Target:
@@ -169,8 +172,8 @@ class Target:
         every dtype but float64, which Metal does not have: a float64 kernel fails in codegen naming the dtype and
         the target. bfloat16 works on every family (the metal renderer keeps it as 16-bit patterns, computed in
         float). The fp8 dtypes are not listed either (their software conversions take a double, which Metal
-        lacks). Built here so plygrad-metal, which depends on plygrad-runtime only, can make it
-        (docs/codegen.md §5.3)."""
+        lacks). A fused multiply-add (`has_fma`: MSL's `fma`). Built here so plygrad-metal, which depends on
+        plygrad-runtime only, can make it (docs/codegen.md §5.3)."""
         if not (isinstance(arch, str) and (arch == "mac2" or (arch.startswith("apple") and arch[5:].isdigit()))):
             raise ValueError(f"Target.metal: arch must be a Metal GPU family like 'apple7', 'apple9' or 'mac2', "
                              f"got {arch!r}")
@@ -178,7 +181,8 @@ class Target:
                       global_max=(2**31 - 1, 65535, 65535), local_max=(1024, 1024, 1024), max_threads_per_group=1024,
                       shared_max=32 * 1024, vector_widths=(),
                       supported_dtypes=tuple(dt for dt in dtypes.all()
-                                             if dt is not dtypes.float64 and dt not in dtypes.fp8s), threads=1)
+                                             if dt is not dtypes.float64 and dt not in dtypes.fp8s), threads=1,
+                      has_fma=True)
 
     @staticmethod
     def hip(arch: str = "gfx1100", device: str = "AMD") -> Target:
@@ -186,7 +190,8 @@ class Target:
         `:sramecc+:xnack-` from the device's gcnArchName is dropped): the `hip` renderer, workgroups of up to 1024
         work-items, 64 KiB of LDS (shared memory) per workgroup, the same 16-byte vector accesses as `Target.cuda`,
         every dtype, and the matrix cores codegen lowers: WMMA on RDNA3 (gfx11xx, 32-lane wavefronts) and MFMA on
-        CDNA2/3 (gfx90a, gfx94x, 64-lane wavefronts), 16x16x16 float16 or bfloat16 -> float32 (docs/codegen.md §5.3).
+        CDNA2/3 (gfx90a, gfx94x, 64-lane wavefronts), 16x16x16 float16 or bfloat16 -> float32, and a fused
+        multiply-add (`has_fma`) (docs/codegen.md §5.3).
         Built here, in plygrad-ir, so plygrad-amd (which depends only on plygrad-runtime) and CI can make it."""
         if not isinstance(arch, str):
             raise ValueError(f"Target.hip: arch must be an AMD GPU ISA name like 'gfx1100', got {arch!r}")
@@ -196,7 +201,7 @@ class Target:
                              f"(the device's gcnArchName), got {arch!r}")
         return Target(device, "hip", arch=base, has_local=True, has_shared=True, global_max=(2**31 - 1, 65535, 65535),
                       local_max=(1024, 1024, 1024), max_threads_per_group=1024, shared_max=64 * 1024,
-                      vector_widths=_CUDA_VECTOR_WIDTHS, threads=1, tensor_cores=_hip_tensor_cores(base))
+                      vector_widths=_CUDA_VECTOR_WIDTHS, threads=1, tensor_cores=_hip_tensor_cores(base), has_fma=True)
 
     def to_bytes(self) -> bytes:
         """This target serialized (the same header and value encoding as graphs)."""

@@ -19,7 +19,7 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
-from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2
+from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2, vector_fma
 from plygrad.codegen.renderer.c_types import (
     HELPER_OF,
     HELPERS,
@@ -86,6 +86,7 @@ class CFunction:
         self.helpers: set[str] = set()
         self.vectors: set[DType] = set()
         self.vector_exp2: set[DType] = set()
+        self.vector_fma: set[DType] = set()
         self.lines: list[str] = []
         self.indent = 1
 
@@ -98,6 +99,8 @@ class CFunction:
         helpers = "".join(self.helper_source(h) for h in sorted(self.helpers))
         helpers += "".join(vector_typedefs(d) for d in sorted(self.vectors, key=lambda d: (d.itemsize, str(d))))
         helpers += "".join(vector_exp2(vector_type(d), d.count) for d in sorted(self.vector_exp2, key=str))
+        helpers += "".join(vector_fma(vector_type(d), d.count, c_local(d.scalar()))
+                           for d in sorted(self.vector_fma, key=str))
         signature = f"void {self.kernel.name}({', '.join(params) or 'void'})"
         return f"{PREAMBLE}{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
 
@@ -133,6 +136,16 @@ class CFunction:
     def mad(self, a: str, b: str, c: str) -> str:
         """a * b + c as two IEEE operations (never fused)."""
         return f"({a} * {b} + {c})"
+
+    def fused_mad(self, dtype: DType, a: str, b: str, c: str) -> str | None:
+        """MULACC of float32/float64 values (scalar or vector) as one fused multiply-add, or None to compute it
+        as the other float dtypes do (in double, rounded once). C has `fmaf`/`fma` (an instruction with
+        -march=native on every x86-64 with FMA and on every Arm64, libm's correctly rounded one elsewhere), and
+        vectors a lane-wise helper (c_math.vector_fma)."""
+        if dtype.count > 1:
+            self.vector_fma.add(dtype)
+            return f"plygrad_fma_{self.local_type(dtype)[8:]}({a}, {b}, {c})"
+        return f"{'fma' if dtype is dtypes.float64 else 'fmaf'}({a}, {b}, {c})"
 
     def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
         """The call computing `op` (SQRT EXP2 LOG2 SIN TRUNC POW) on float locals of `dtype`: the math library's,
@@ -453,6 +466,10 @@ def _where(r: CFunction, node: UOp, a: list[str]) -> str:
 
 def _mulacc(r: CFunction, node: UOp, a: list[str]) -> str:
     dtype = node.dtype
+    if dtype.scalar() in (dtypes.float32, dtypes.float64):
+        fused = r.fused_mad(dtype, a[0], a[1], a[2])
+        if fused is not None:
+            return fused
     if dtype is dtypes.float64:
         return r.mad(a[0], a[1], a[2])
     exact = r.mad(f"(double){a[0]}", f"(double){a[1]}", f"(double){a[2]}")  # a float product is exact in double

@@ -60,3 +60,22 @@ def vector_exp2(name: str, lanes: int) -> str:
   return p * ({name})(((m >> 1) + 52u) << 23) * ({name})((m - (m >> 1) + 51u) << 23);
 }}
 """
+
+
+def vector_fma(name: str, lanes: int, scalar: str) -> str:
+    """`plygrad_fma_<type>(a, b, c)`: a fused multiply-add of each lane (`fmaf`/`fma` of `scalar`, one rounding;
+    MULACC of docs/ir.md §5). Clang has an element-wise builtin for it; GCC turns the lane loop into one vector
+    FMA instruction at -O2 where the target has one (`vfmadd231ps zmm` with -march=native on AVX-512), and calls
+    libm's correctly rounded `fmaf` per lane where it has none, which is slow but gives the same bits."""
+    call = "fmaf" if scalar == "float" else "fma"
+    return f"""static inline {name} plygrad_fma_{name[8:]}({name} a, {name} b, {name} c) {{
+#if defined(__clang__) && defined(__has_builtin)
+#if __has_builtin(__builtin_elementwise_fma)
+  return __builtin_elementwise_fma(a, b, c);
+#endif
+#endif
+  {name} r;
+  for (int i = 0; i < {lanes}; i++) r[i] = {call}(a[i], b[i], c[i]);
+  return r;
+}}
+"""

@@ -265,6 +265,11 @@ class CudaFunction(CFunction):
     def mad(self, a: str, b: str, c: str) -> str:
         return f"__dadd_rn(__dmul_rn({a}, {b}), {c})"
 
+    def fused_mad(self, dtype: DType, a: str, b: str, c: str) -> str | None:
+        if dtype.count > 1:
+            return None  # no vector arithmetic here (VectorForms.alu is empty): a vector MULACC never comes
+        return f"{'__fma_rn' if dtype is dtypes.float64 else '__fmaf_rn'}({a}, {b}, {c})"  # one rounding, any flags
+
     def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
         if op is Ops.SQRT and dtype is not dtypes.float64:
             return f"__fsqrt_rn({args[0]})"  # correctly rounded whatever -prec-sqrt says

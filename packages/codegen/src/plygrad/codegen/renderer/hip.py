@@ -107,6 +107,11 @@ class HipFunction(CudaFunction):
     def mad(self, a: str, b: str, c: str) -> str:
         return CFunction.mad(self, a, b, c)
 
+    def fused_mad(self, dtype: DType, a: str, b: str, c: str) -> str | None:
+        if dtype.count > 1:
+            return None  # scalar arithmetic only, as on CUDA
+        return f"{'__builtin_fma' if dtype is dtypes.float64 else '__builtin_fmaf'}({a}, {b}, {c})"  # no header
+
     def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
         builtin = (_FLOAT64_BUILTINS if dtype is dtypes.float64 else _FLOAT32_BUILTINS).get(op)
         if builtin is not None:

@@ -22,7 +22,7 @@ import cffi
 
 from plygrad.backends.cpu.allocator import CFFIAllocator
 from plygrad.backends.cpu.compiler import BUILD_PREFIX, CCompiler, Toolchain, probe_toolchain
-from plygrad.backends.cpu.host import host_cache_sizes, host_vector_widths
+from plygrad.backends.cpu.host import host_cache_sizes, host_has_fma, host_vector_widths
 from plygrad.ir.target import Target
 from plygrad.runtime import tempfiles
 from plygrad.runtime.errors import BackendError
@@ -47,9 +47,10 @@ def cpu_target(toolchain: Toolchain | None = None) -> Target:
     """What codegen needs to know about this machine (host.py): every core as a thread, the vector widths of the
     registers `toolchain` (by default the probed one) compiles for, and the data-cache sizes."""
     chain = toolchain if toolchain is not None else probe_toolchain()
+    native = "-march=native" in chain.flags
     return Target(device="CPU", renderer="c", arch=platform.machine() or "unknown", has_local=False,
-                  vector_widths=host_vector_widths("-march=native" in chain.flags), threads=os.cpu_count() or 1,
-                  cache_sizes=host_cache_sizes())
+                  vector_widths=host_vector_widths(native), threads=os.cpu_count() or 1,
+                  cache_sizes=host_cache_sizes(), has_fma=host_has_fma(native))
 
 
 class CPUProgram(Program):

@@ -1,6 +1,7 @@
-"""What the CPU backend tells codegen about this machine: its vector registers and its data caches.
+"""What the CPU backend tells codegen about this machine: its vector registers, its data caches and its FMA.
 
-Codegen sizes two things from the `Target` (docs/codegen.md §2.2):
+Codegen sizes two things from the `Target` (docs/codegen.md §2.2), and contracts a third (`has_fma`: a sum of
+products accumulated with fused multiply-adds where the compiled code has the instruction):
 - register tiles from `vector_widths`: the widest vector of a dtype is one register of the widest vector unit the
   compiled code may use. On x86-64 that is 64 bytes where the CPU has AVX-512F and the toolchain compiles with
   `-march=native`, 32 with AVX, else 16 (SSE2, the x86-64 baseline); 16 on Arm (NEON) and anything else. Without
@@ -102,3 +103,17 @@ def vector_widths(nbytes: int) -> tuple[tuple[DType, tuple[int, ...]], ...]:
 def host_vector_widths(native: bool) -> tuple[tuple[DType, tuple[int, ...]], ...]:
     """Target.vector_widths of this machine, for code compiled with (`native`) or without `-march=native`."""
     return vector_widths(vector_bytes(platform.machine(), host_cpu_flags(), native))
+
+
+def has_fma(machine: str, flags: frozenset[str], native: bool) -> bool:
+    """Whether compiled code has a fused multiply-add instruction (Target.has_fma): every 64-bit Arm core; an x86-64
+    core with the `fma` flag, used only when the compiler targets the host (`-march=native`); without it `fmaf`
+    is a libm call, correct but far slower than a multiply and an add."""
+    if machine.lower() in ("aarch64", "arm64"):
+        return True
+    return machine.lower() in ("x86_64", "amd64") and native and "fma" in flags
+
+
+def host_has_fma(native: bool) -> bool:
+    """Target.has_fma of this machine, for code compiled with (`native`) or without `-march=native`."""
+    return has_fma(platform.machine(), host_cpu_flags(), native)
