@@ -11,10 +11,12 @@ BLOCK elements, then a sum of those partial sums (again blocked if there are man
 than BLOCK terms. A single running float32 sum stops growing at 2^24 (adding 1.0 to 16777216.0 gives 16777216.0)
 and its rounding error grows with n; blocked, the error grows like BLOCK * log_BLOCK(n) and 2^25 ones sum exactly.
 It also gives the first kernel independent partials per block, which the CPU backend spreads over its cores and a
-GPU over its workgroups. A block of a float sum is read as BLOCK/LANES rows of LANES consecutive elements and gives
-LANES partials, one per column (each adding BLOCK/LANES terms): the first kernel then loads whole rows as vectors
+GPU over its workgroups. A block of a float sum is read as `rows` rows of LANES consecutive elements and gives
+LANES partials, one per column (each adding `rows` terms): the first kernel then loads whole rows as vectors
 into LANES vector-lane accumulators, walking memory in order, where one partial per block would have made its
 vector lanes of 16 blocks each a row apart (a gather per vector). The partials of all blocks go to the next level.
+`rows` is BLOCK/LANES, or more (up to BLOCK) where that lets the next level be the last (`_rows_per_block`): a sum
+of 4096 x 4096 floats is then two kernels, not three (each a launch and a pass the call pays for).
 Every reduction kernel a scheduler or code generator makes from this graph keeps the property: it is in the graph.
 
 Other long reductions with few outputs (max, integer sums, products over more than SPLIT_ABOVE elements into at
@@ -80,20 +82,32 @@ def _blocked(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
     n = math.prod(t.shape[a] for a in axes)
     x = t.permute(*kept_axes, *axes).reshape(*kept_shape, n)
     while n > SPLIT_ABOVE:
-        blocks = -(-n // BLOCK)
-        pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * BLOCK - n),)
-        padded = movement._pad_zeros(x, pairs) if op is Ops.ADD else x.pad(pairs, value=reduce_identity(op, t.dtype))
         if op is Ops.ADD:  # LANES strided partials per block: contiguous vector loads (module docstring)
-            x = padded.reshape(*kept_shape, blocks, BLOCK // LANES, LANES)
+            rows = _rows_per_block(n)
+            blocks = -(-n // (rows * LANES))
+            pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * rows * LANES - n),)
+            x = movement._pad_zeros(x, pairs).reshape(*kept_shape, blocks, rows, LANES)
             x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 2,))))
             n = blocks * LANES
         else:
-            x = padded.reshape(*kept_shape, blocks, BLOCK)
+            blocks = -(-n // BLOCK)
+            pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * BLOCK - n),)
+            x = x.pad(pairs, value=reduce_identity(op, t.dtype)).reshape(*kept_shape, blocks, BLOCK)
             x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,))))
             n = blocks
         x = x.reshape(*kept_shape, n)
     total = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,))))
     return total.reshape(tuple(1 if i in axes else d for i, d in enumerate(t.shape)))
+
+
+def _rows_per_block(n: int) -> int:
+    """Rows of LANES elements per block at a level of a blocked float sum over `n` elements: BLOCK/LANES, doubled
+    (at most to BLOCK, so no partial adds more than BLOCK terms) while the partials would still be too many for
+    the next level to be the last one."""
+    rows = BLOCK // LANES
+    while rows < BLOCK and -(-n // (rows * LANES)) * LANES > SPLIT_ABOVE:
+        rows *= 2
+    return rows
 
 
 def sum(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
