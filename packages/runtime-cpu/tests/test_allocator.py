@@ -6,7 +6,7 @@ from __future__ import annotations
 import cffi
 import pytest
 
-from plygrad.backends.cpu.allocator import ALIGNMENT, CACHE_FROM, CFFIAllocator
+from plygrad.backends.cpu.allocator import ALIGN_FROM, ALIGNMENT, CACHE_FROM, CFFIAllocator
 
 
 def _address(ffi: cffi.FFI, handle: object) -> int:
@@ -64,7 +64,7 @@ def test_reused_memory_round_trips_new_data() -> None:
     assert bytes(out) == data
 
 
-@pytest.mark.parametrize("nbytes", [1, 100, 4096, 1 << 16, (4 << 20) + 4])
+@pytest.mark.parametrize("nbytes", [ALIGN_FROM, 4100, 1 << 16, (4 << 20) + 4])
 def test_arrays_start_on_a_cache_line(nbytes: int) -> None:
     """malloc gives 16-byte alignment (a large array sits 16 bytes past a page): 64-byte vector loads would then
     straddle two cache lines. Fresh arrays are zeroed, reused ones keep their alignment."""

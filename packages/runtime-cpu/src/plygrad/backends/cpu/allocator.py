@@ -22,6 +22,7 @@ CACHE_FROM: Final = 1 << 16  # smaller arrays are cheap to make (malloc's own fr
 # every array starts on a cache line: malloc aligns to 16 bytes only (a large array sits 16 bytes past a page),
 # so each 64-byte vector load of an AVX-512 kernel would straddle two lines (matmul 1024: 150 -> 210 GFLOP/s)
 ALIGNMENT: Final = 64
+ALIGN_FROM: Final = 1024  # smaller arrays come from ffi.new, whose C path is cheaper than cffi's allocator callback
 _LIBC_CDEF: Final = "int posix_memalign(void **memptr, size_t alignment, size_t size); void free(void *ptr);"
 
 
@@ -49,8 +50,8 @@ def aligned_new(ffi: cffi.FFI) -> Any:
 
 
 class CFFIAllocator(Allocator[Any]):
-    """`alloc` gives a `char[nbytes]` cdata (ALIGNMENT-aligned; zeroed when new, reused ones keep their bytes);
-    copies (also between CPU devices) are memmoves."""
+    """`alloc` gives a `char[nbytes]` cdata (ALIGNMENT-aligned from ALIGN_FROM bytes on, malloc-aligned below;
+    zeroed when new, reused ones keep their bytes); copies (also between CPU devices) are memmoves."""
 
     def __init__(self, ffi: cffi.FFI) -> None:
         self.ffi = ffi
@@ -69,7 +70,7 @@ class CFFIAllocator(Allocator[Any]):
                     del self._freed[id(handle)]
                     self._kept_bytes -= nbytes
                     return handle
-        return self._new("char[]", nbytes)
+        return self._new("char[]", nbytes) if nbytes >= ALIGN_FROM else self.ffi.new("char[]", nbytes)
 
     def free(self, handle: Any) -> None:
         nbytes = self.ffi.sizeof(handle)
