@@ -8,6 +8,7 @@ differential test checks the two agree, and the kernel-count tests check the fus
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import warnings
 import weakref
@@ -454,3 +455,50 @@ def test_an_encoder_layer_forward_is_at_most_twelve_kernels() -> None:
     assert kernels <= 12, f"{kernels} kernels"
     with Tensor.scheduler("unfused"):
         np.testing.assert_allclose(values, forward().numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_an_mlp_adam_step_is_at_most_twenty_five_kernels() -> None:
+    """Issue 10's budget for the MLP training step of bench/train_bench.py (forward, cross-entropy, backward, Adam
+    on six parameters; tinygrad 0.14 needs 42): Adam's three updates of a parameter are one kernel (scheduler rule
+    9). The losses and parameters after two steps equal the unfused scheduler's."""
+    from plygrad.frontend.jit import TinyJit
+    from plygrad.frontend.nn.optim import Adam
+    from plygrad.runtime import GlobalCounters
+
+    rng = np.random.default_rng(11)
+    sizes = (24, 16, 16, 10)
+    init = [rng.uniform(-0.3, 0.3, shape).astype(np.float32)
+            for fan_in, fan_out in itertools.pairwise(sizes) for shape in ((fan_out, fan_in), (fan_out,))]
+    x = Tensor(rng.standard_normal((8, sizes[0])).astype(np.float32)).realize()
+    onehot = Tensor(np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]).realize()
+
+    def train(scheduler: str) -> tuple[list[float], list[np.ndarray], int]:
+        with Tensor.scheduler(scheduler):
+            params = [Tensor(w, requires_grad=True).realize() for w in init]
+            opt = Adam(params, lr=1e-2)
+
+            @TinyJit
+            def step(x: Tensor, onehot: Tensor) -> Tensor:
+                opt.zero_grad()
+                h = x
+                for i in range(0, len(params), 2):
+                    h = h.linear(params[i].T, params[i + 1])
+                    h = h.relu() if i < len(params) - 2 else h
+                loss = -(h.log_softmax(1) * onehot).sum(1).mean()
+                loss.backward()
+                opt.step()
+                return loss.realize()
+
+            losses = []
+            for _ in range(3):  # the third call replays the captured kernels
+                before = GlobalCounters.kernel_count
+                losses.append(step(x, onehot).item())
+                launched = GlobalCounters.kernel_count - before
+            return losses, [p.numpy() for p in params], launched
+
+    losses, params, kernels = train("default")
+    assert kernels <= 25, f"{kernels} kernels per step"
+    unfused_losses, unfused_params, _ = train("unfused")
+    np.testing.assert_allclose(losses, unfused_losses, rtol=1e-5)
+    for got, want in zip(params, unfused_params, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

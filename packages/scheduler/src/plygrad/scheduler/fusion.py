@@ -21,7 +21,8 @@ inline REDUCEs). The rules of the fusing scheduler:
    make the REDUCE a root. Producers of a REDUCE are
    always fused into it.
 
-(Rule 5, several outputs in one kernel, is schedule.py's.)
+(Rule 5, several outputs in one kernel, is schedule.py's; rule 9, in-place updates of one shape in one kernel,
+assign_groups.py's.)
 6. A wide concatenation (concat.py: at least CONCAT_MIN_PIECES zero-PADded pieces added up) is a root, written
    piece by piece into its slices rather than as one expression with a branch per piece.
 8. A value a REDUCE reads through an EXPAND, repeated so often that recomputing it costs more than

@@ -36,6 +36,7 @@ class KernelBuilder:
         self.memo: dict[_Key, UOp] = {}
         self.deps: dict[_Key, list[_Key]] = {}
         self.current_root: UOp | None = None
+        self.inline_assigns: frozenset[UOp] = frozenset()  # ASSIGNs of this kernel read as their values
         self.stores: list[UOp] = []
         self.loops: list[tuple[UOp, ...]] = []  # the output loops of each STORE
         self.has_reduce = False
@@ -85,7 +86,8 @@ class KernelBuilder:
                 return []  # a reduce over nothing is its identity (built in _build)
             inner = tuple(self._range(shape[i], AxisType.REDUCE) if i in axes else idx for i, idx in enumerate(idxs))
             return [(node.src[0], inner, gate)]
-        if node.op is Ops.CONTIGUOUS or (node.op in (Ops.ASSIGN, Ops.COPY) and node is self.current_root):
+        if node.op is Ops.CONTIGUOUS or (node.op in (Ops.ASSIGN, Ops.COPY) and node is self.current_root) \
+                or node in self.inline_assigns:
             return [(node.src[-1], idxs, gate)]
         if node.op is Ops.ASSIGN:  # reading an ASSIGN reads its target buffer (scheduled after the write)
             return [(node.src[0], idxs, gate)]
@@ -146,11 +148,13 @@ class KernelBuilder:
         return self.memo[(node, idxs, gate)]
 
     # ---- roots ----------------------------------------------------------------------------------------------------
-    def add_root(self, root: UOp, out: UOp) -> None:
-        """STORE tensor `root`, computed in full, into BUFFER `out` (or through the target view of an ASSIGN)."""
+    def add_root(self, root: UOp, out: UOp, ranges: Indices | None = None) -> None:
+        """STORE tensor `root`, computed in full, into BUFFER `out` (or through the target view of an ASSIGN), over
+        fresh output loops or the given `ranges` (loops another store of this kernel runs over too)."""
         shape = root.shape
         assert shape is not None
-        ranges = tuple(self._range(s, AxisType.LOOP) for s in shape)
+        if ranges is None:
+            ranges = tuple(self._range(s, AxisType.LOOP) for s in shape)
         self.current_root = root
         # an empty tensor has nothing to compute: store a constant so no load sits outside the (empty) loops
         value = self.lower(root, ranges) if math.prod(shape) else UOp.const(root.dtype, 0)
@@ -166,6 +170,18 @@ class KernelBuilder:
         store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, param.dtype, (param, simplify(address))), value))
         self.loops.append(tuple(r for r in ranges if r.op is Ops.RANGE))
         self.stores.append(store)
+
+    def add_assigns_in_one_loop(self, assigns: Sequence[UOp], targets: Sequence[UOp]) -> None:
+        """STORE each of `assigns` (ASSIGNs of one shape into whole buffers) through one shared loop nest, in order:
+        an ASSIGN of the group that another one reads is read as its value, computed once per element, not loaded
+        back from its target (the target's LOAD at the same index is the old value, shared by every reader)."""
+        shape = assigns[0].shape
+        assert shape is not None
+        ranges = tuple(self._range(s, AxisType.LOOP) for s in shape)
+        self.inline_assigns = frozenset(assigns)
+        for assign, target in zip(assigns, targets, strict=True):
+            self.add_root(assign, target, ranges)
+        self.inline_assigns = frozenset()
 
     def add_slice(self, value: UOp | None, out: UOp, shape: tuple[int, ...], *, axis: int, start: int,
                   length: int) -> None:

@@ -3,8 +3,9 @@
 The steps, in order: the clean-up passes (passes.TENSOR_PASSES), choosing the roots (fusion.py), ordering them
 (sources first, and every raw read of a buffer before an ASSIGN that overwrites it), lowering each root's fused
 region into a kernel (lowering.py), grouping independent same-shaped elementwise outputs into one kernel with
-several STOREs, writing wide concatenations piece by piece (concat.py), and sharing intermediate buffers
-(planning.py). No kernel packs more than the node budget (budget.py) of fused regions.
+several STOREs, and in-place updates of one shape into one loop nest (assign_groups.py), writing wide
+concatenations piece by piece (concat.py), and sharing intermediate buffers (planning.py). No kernel packs more
+than the node budget (budget.py) of fused regions.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from plygrad.ir import BufferRef, Ops, Stage, UOp, dtypes, graph_rewrite, strip_reshapes, verify, written_buffer
+from plygrad.scheduler.assign_groups import group_key, plan_units, safe_in_place
 from plygrad.scheduler.budget import KERNEL_NODE_BUDGET
 from plygrad.scheduler.concat import Concat
 from plygrad.scheduler.errors import ScheduleError
@@ -214,6 +216,18 @@ class _Scheduler:
             builder = self.kernel([assign], [target])
         self.calls.append(builder.call(kernel_name([assign], builder.has_reduce)))
 
+    def emit_assign_group(self, assigns: list[UOp]) -> None:
+        """ASSIGNs of one shape in one kernel (assign_groups.py, rule 9), or one kernel each where that is not
+        safe."""
+        targets = [written_buffer(a) for a in assigns]
+        builder = KernelBuilder(self.realized_on(self.devices[assigns[0]]), targets, self.binds)
+        builder.add_assigns_in_one_loop(assigns, targets)
+        if not safe_in_place(builder.kernel(""), len(assigns)):
+            for assign in assigns:
+                self.emit_assign(assign)
+            return
+        self.calls.append(builder.call(kernel_name(assigns, builder.has_reduce)))
+
     def emit(self, roots: list[UOp]) -> None:
         outs = [self.new_buffer(r) for r in roots]
         builder = self.kernel(roots, outs)
@@ -259,8 +273,16 @@ class _Scheduler:
         regions = {r: _region(r, root_set) for r in roots}
         ordered = _order_roots(roots, regions)
         groups = self.group_outputs(ordered, regions, plan.concats.keys(), plan.sizes) if self.fuse else {}
+        if self.fuse:
+            units = plan_units(ordered, regions, lambda r: group_key(r, regions, self.devices[r]), plan.sizes)
+        else:
+            units = [[root] for root in ordered]
         pending: dict[int, list[UOp]] = {}
-        for root in ordered:
+        for unit in units:
+            if len(unit) > 1:
+                self.emit_assign_group(unit)
+                continue
+            root = unit[0]
             if root in plan.concats:
                 self.emit_concat(plan.concats[root], plan.sizes)
             elif root.op is Ops.COPY:
