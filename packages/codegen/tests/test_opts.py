@@ -40,6 +40,14 @@ def test_upcast_splits_an_output_axis_and_records_the_opt() -> None:
     assert isinstance(k.arg, KernelInfo) and k.arg.opts == (Opt(OptOps.UPCAST, 0, 4),)
 
 
+def test_tile_keeps_the_outer_part_in_place_and_nests_the_inner_one_after_the_other_output_loops() -> None:
+    k = apply_opts(matmul(8, 16, 8), [Opt(OptOps.TILE, 0, 4)], CPU)
+    assert axis_types(k) == {0: AxisType.LOOP, 1: AxisType.LOOP, 2: AxisType.REDUCE, 3: AxisType.LOOP}
+    source = str(lower_uop(matmul(8, 16, 8), CPU, [Opt(OptOps.TILE, 0, 4)]).src[0].arg)
+    loops = [line.split("<")[1].split(";")[0].strip() for line in source.splitlines() if "for (long long" in line]
+    assert loops == ["2LL", "8LL", "4LL", "16LL"]  # rows/4, columns, the 4 rows of a block, the reduction
+
+
 def test_gpu_actions_make_local_and_group_ranges() -> None:
     k = apply_opts(matmul(8, 16, 8), [Opt(OptOps.LOCAL, 0, 4), Opt(OptOps.GROUP, 2, 4)], GPU)
     assert axis_types(k) == {0: AxisType.LOOP, 1: AxisType.LOOP, 2: AxisType.REDUCE, 3: AxisType.LOCAL,
@@ -57,6 +65,8 @@ def test_gpu_actions_make_local_and_group_ranges() -> None:
     (Opt(OptOps.THREAD, 0, 4), CPU, "threads > 1"),
     (Opt(OptOps.THREAD, 2, 4), CPU4, "REDUCE"),
     (Opt(OptOps.PADTO, 0, 4), CPU, "does not implement"),
+    (Opt(OptOps.TILE, 2, 4), CPU, "REDUCE"),
+    (Opt(OptOps.TILE, 0, 3), CPU, "divides"),
 ], ids=lambda x: str(x) if isinstance(x, str) else None)
 def test_invalid_opts_raise_opt_error(opt: Opt, target: Target, message: str) -> None:
     with pytest.raises(OptError, match=message):

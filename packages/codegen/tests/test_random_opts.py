@@ -2,7 +2,7 @@
 
 hypothesis draws a kernel (elementwise, a reduction over any subset of its axes, or matmul-shaped; inputs that
 broadcast along some axes and are laid out in any axis order; float32 or int32), then up to four actions that
-apply to it (UPCAST and UNROLL by amounts that divide, THREAD), each drawn against the kernel as the previous ones
+apply to it (UPCAST, UNROLL and TILE by amounts that divide, THREAD), each drawn against the kernel as the previous ones
 left it. The optimized program must compute what the unoptimized one does: bit for bit for integers, within
 rounding for floats (the kernel itself is checked against NumPy first, so the two are not wrong together).
 """
@@ -139,6 +139,7 @@ def random_opts(data: st.DataObject, kernel: UOp, target: Target) -> list[Opt]:
                 choices += [Opt(OptOps.UNROLL, axis, k) for k in splits]
             if kind is AxisType.LOOP:
                 choices.append(Opt(OptOps.THREAD, axis, target.threads))
+                choices += [Opt(OptOps.TILE, axis, k) for k in splits]
         if not choices:
             break
         opt = data.draw(st.sampled_from(choices))

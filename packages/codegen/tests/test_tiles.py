@@ -19,7 +19,7 @@ F32 = dtypes.float32
 WIDE = ((F32, (2, 4, 8, 16)), (dtypes.float64, (2, 4, 8)))
 XEON = Target("CPU", "c", threads=2, vector_widths=WIDE, cache_sizes=(48 << 10, 2 << 20, 260 << 20))
 SMALL = Target("CPU", "c", threads=4, vector_widths=((F32, (2, 4, 8)),), cache_sizes=(32 << 10, 256 << 10))
-U, B, T = OptOps.UPCAST, OptOps.BLOCK, OptOps.THREAD
+U, B, T, TILE = OptOps.UPCAST, OptOps.BLOCK, OptOps.THREAD, OptOps.TILE
 
 
 def outputs(kernel: UOp, target: Target, opts: list[Opt] | None, seed: int = 0) -> tuple[np.ndarray, str]:
@@ -42,13 +42,15 @@ def assert_heuristic_is_exact(kernel: UOp, target: Target = XEON) -> str:
 def test_square_matmul_tiles_on_an_avx512_xeon(n: int, block: int | None) -> None:
     expected = [Opt(U, 1, 16), Opt(U, 1, 4), Opt(U, 0, 4)]
     expected += [Opt(B, 2, block)] if block else []
-    assert choose_opts(matmul(n, n, n), XEON) == [*expected, Opt(T, 1, 2)]
+    # 16-tile row blocks over every column panel, the blocks over the threads
+    assert choose_opts(matmul(n, n, n), XEON) == [*expected, Opt(TILE, 0, 16), Opt(T, 0, 2)]
 
 
 def test_a_smaller_l2_blocks_sooner() -> None:
     opts = choose_opts(matmul(256, 512, 256), SMALL)  # 8-float vectors, 16 registers: 4 x 2 tile
     assert opts[:3] == [Opt(U, 1, 8), Opt(U, 1, 2), Opt(U, 0, 4)]
-    assert Opt(B, 2, 128) in opts and Opt(T, 1, 4) in opts  # rows 1 KiB apart: 256 fit in 256 KiB, half of it
+    assert Opt(B, 2, 128) in opts  # rows 1 KiB apart: 256 fit in 256 KiB, half of it
+    assert opts[-2:] == [Opt(TILE, 0, 16), Opt(T, 0, 4)]  # 64 row tiles: 4 blocks, one per thread
     assert not any(o.op is B for o in choose_opts(matmul(256, 512, 256), XEON))
 
 
@@ -82,10 +84,21 @@ def test_gathered_operand_gets_one_vector_and_many_rows() -> None:
 
 def test_a_gathered_batched_product_threads_its_batch_not_its_panels() -> None:
     """q @ k^T (96 heads of 128x64, keys read along the reduction): no panel stays in cache, so each thread takes
-    whole heads; the same shape read plainly keeps the threads on its panels."""
+    whole heads; the same shape read plainly has row blocks, and threads its batch too (each thread its own heads'
+    row blocks); with too few rows for two blocks it keeps the threads on its panels."""
     assert choose_opts(batched(96, 128, 64, 128, True), XEON)[-1] == Opt(T, 0, 2)
-    assert choose_opts(batched(96, 128, 64, 128, False), XEON)[-1] == Opt(T, 2, 2)
+    assert choose_opts(batched(96, 128, 64, 128, False), XEON)[-2:] == [Opt(TILE, 1, 16), Opt(T, 0, 2)]
+    assert choose_opts(batched(96, 64, 64, 128, False), XEON)[-1] == Opt(T, 2, 2)
     assert_heuristic_is_exact(batched(6, 32, 16, 64, True))
+
+
+@pytest.mark.parametrize("kernel", [matmul(256, 64, 128), batched(2, 128, 32, 64, False)], ids=["square", "batched"])
+def test_row_blocks_run_inside_the_panel_loop_and_change_no_bit(kernel: UOp) -> None:
+    opts = choose_opts(kernel, XEON)
+    assert any(o.op is TILE for o in opts)
+    source = assert_heuristic_is_exact(kernel)
+    loops = [line.strip() for line in source.splitlines() if line.strip().startswith("for (long long ridx")]
+    assert "omp parallel for" in source and len(loops) >= 3
 
 
 @settings(max_examples=20, deadline=None)

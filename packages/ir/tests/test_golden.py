@@ -101,7 +101,7 @@ def program_graph() -> UOp:
 
 
 # enum members added after opset 1.0: the 1.0 files hold every member but these
-ADDED_AFTER_1_0: frozenset[enum.Enum] = frozenset({AxisType.BLOCK, OptOps.BLOCK})
+ADDED_AFTER_1_0: frozenset[enum.Enum] = frozenset({AxisType.BLOCK, OptOps.BLOCK, OptOps.TILE})
 
 
 def members_1_0(cls: type[_E]) -> list[_E]:

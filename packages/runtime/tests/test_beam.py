@@ -69,11 +69,11 @@ def test_actions_cover_the_heuristics_and_workgroup_targets() -> None:
     found = set(beam.actions(Target("CPU", "c", threads=8), [0]))
     for amount in (2, 3, 4, 8, 16):
         assert {Opt(OptOps.UPCAST, 0, amount), Opt(OptOps.UNROLL, 0, amount)} <= found
-    assert Opt(OptOps.THREAD, 0, 8) in found
+    assert Opt(OptOps.THREAD, 0, 8) in found and Opt(OptOps.TILE, 0, 16) in found
     assert not {o for o in found if o.op in (OptOps.LOCAL, OptOps.GROUP)}
     gpu = set(beam.actions(Target.cuda(), [1]))
     assert {Opt(OptOps.LOCAL, 1, 256), Opt(OptOps.GROUP, 1, 16)} <= gpu
-    assert not {o for o in gpu if o.op is OptOps.THREAD}, "a GPU target has threads=1"
+    assert not {o for o in gpu if o.op in (OptOps.THREAD, OptOps.TILE)}, "a GPU target has threads=1, no row blocks"
 
 
 # ---- searching -------------------------------------------------------------------------------------------------

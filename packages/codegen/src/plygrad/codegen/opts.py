@@ -13,6 +13,8 @@ An action names a RANGE by its axis id (`RANGE.arg[0]`, unique within a kernel) 
 |          |                           | `target.tensor_cores`. M, N, K become warp tiles (tensor_core.py)        |
 | BLOCK    | REDUCE (CPU)              | r -> r_block*k + r_inner, r_block a BLOCK loop around the output loops   |
 |          |                           | (cache blocking; partial values kept in the output: block.py)            |
+| TILE     | LOOP                      | r -> r_outer*k + r_inner, r_inner a LOOP nested inside the output loops  |
+|          |                           | after r (loop tiling: a block of rows runs over every column panel)      |
 
 The outer part keeps the axis id, the inner part gets the next free id, so later actions can address either;
 BLOCK is the exception: its inner part keeps the id (and the reduction's loop order), the BLOCK range is new.
@@ -63,6 +65,8 @@ ACTIONS: Final[dict[OptOps, _Action]] = {
     OptOps.GROUP: _Action(frozenset({AxisType.REDUCE}), AxisType.GROUP_REDUCE, True),
     OptOps.THREAD: _Action(frozenset({AxisType.LOOP, AxisType.GLOBAL}), AxisType.THREAD, False),
     OptOps.BLOCK: _Action(frozenset({AxisType.REDUCE}), AxisType.BLOCK, False),  # the *outer* part's type
+    # the inner part is a plain output loop with the next free axis id, so it nests inside the loops after r
+    OptOps.TILE: _Action(frozenset({AxisType.LOOP}), AxisType.LOOP, False),
 }
 
 

@@ -151,3 +151,4 @@ class OptOps(enum.Enum):
     TC = "tc"
     THREAD = "thread"
     BLOCK = "block"  # (opset 1.1) cache blocking of a reduce axis: its outer part loops around the output loops
+    TILE = "tile"  # (opset 1.3) loop tiling of an output axis: its inner part loops inside the later output loops

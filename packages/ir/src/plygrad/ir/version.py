@@ -11,7 +11,8 @@ from typing import Final
 FORMAT_VERSION: Final[tuple[int, int]] = (1, 0)
 # 1.1: AxisType.BLOCK, OptOps.BLOCK and Target.cache_sizes (docs/ir.md §6)
 # 1.2: the fp8 dtypes fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz (docs/ir.md, dtypes)
-# 1.3: Target.has_fma, and REDUCE ADD of float products accumulated by MULACC where it is set (docs/ir.md §5)
+# 1.3: Target.has_fma, and REDUCE ADD of float products accumulated by MULACC where it is set (docs/ir.md §5);
+#      OptOps.TILE (loop tiling of an output axis, docs/codegen.md §2.2)
 OPSET_VERSION: Final[tuple[int, int]] = (1, 3)
 
 

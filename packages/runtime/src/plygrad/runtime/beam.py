@@ -72,12 +72,13 @@ from plygrad.runtime.cache import PROGRAMS
 from plygrad.runtime.plugin import Backend, Program
 
 SEARCH_FOLDER: Final = "beam"
-SEARCH_VERSION: Final = 1  # part of every key: changing the actions or the timing makes stored choices stale
+SEARCH_VERSION: Final = 2  # part of every key: changing the actions or the timing makes stored choices stale
 RUNS: Final = 3  # timed runs per candidate; the minimum is its time (the first run also pays for page faults)
 MIN_PROGRESS: Final = 0.01  # a round must beat the best so far by 1% to go on (less is timing noise)
 SLOWER_STOP: Final = 3.0  # a candidate whose first run takes 3x the best so far is not run again
 SPLIT_AMOUNTS: Final = (2, 3, 4, 8, 16)  # UPCAST and UNROLL; the target's vector widths are added
 LOCAL_AMOUNTS: Final = (2, 4, 8, 16, 32, 64, 128, 256)
+TILE_AMOUNTS: Final = (8, 16, 32)  # row blocks of a CPU matmul (codegen's tiles.py)
 GROUP_AMOUNTS: Final = (4, 8, 16, 32, 64, 128, 256)
 
 # a lowering engine: lower(kernel, target) -> program, and for one BEAM can drive also lower(kernel, target, opts)
@@ -182,7 +183,8 @@ def search_key(kernel: bytes, target: bytes, engine: str, width: int) -> str:
 
 def actions(target: Target, axes: Iterable[int]) -> list[Opt]:
     """The fixed list of actions tried on every beam member: UPCAST and UNROLL by small amounts and the target's
-    vector widths, THREAD by the target's thread count, LOCAL and GROUP where the target has workgroups. Most do
+    vector widths, THREAD by the target's thread count, TILE (row blocks) on a CPU, LOCAL and GROUP where the
+    target has workgroups. Most do
     not apply to a given kernel; codegen says which."""
     widths = {w for _, ws in target.vector_widths for w in ws}
     splits = sorted(set(SPLIT_AMOUNTS) | widths)
@@ -192,6 +194,8 @@ def actions(target: Target, axes: Iterable[int]) -> list[Opt]:
         found += [Opt(OptOps.UNROLL, axis, k) for k in splits]
         if target.threads > 1:
             found.append(Opt(OptOps.THREAD, axis, target.threads))
+        if not target.has_local:
+            found += [Opt(OptOps.TILE, axis, k) for k in TILE_AMOUNTS]
         if target.has_local:
             found += [Opt(OptOps.LOCAL, axis, k) for k in LOCAL_AMOUNTS if k <= target.max_threads_per_group]
             if target.has_shared:
