@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cg_kernels import batched, conv1d, matmul
+from cg_kernels import batched, conv1d, load, loop, matmul, param, red, sink, store
 from cg_run import native_flags, run_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plygrad.codegen import choose_opts, lower_uop
 from plygrad.codegen.tiles import panel_rows, tile_shape
-from plygrad.ir import Opt, OptOps, Target, UOp, dtypes
+from plygrad.ir import Ops, Opt, OptOps, Target, UOp, dtypes
 
 F32 = dtypes.float32
 WIDE = ((F32, (2, 4, 8, 16)), (dtypes.float64, (2, 4, 8)))
@@ -78,8 +78,25 @@ def test_the_batch_takes_the_threads_when_columns_are_few() -> None:
 
 
 def test_gathered_operand_gets_one_vector_and_many_rows() -> None:
+    """Gathered along the vector axis but contiguous along K (a @ b.T): W copies of the reduce step make W x W
+    blocks transposed in registers, which need W registers, so 8 rows; with K not a multiple of W, lanes are
+    gathered one by one and 16 rows share each gather."""
     opts = choose_opts(batched(4, 32, 64, 32, True), XEON)
-    assert opts[:2] == [Opt(U, 2, 16), Opt(U, 1, 16)]
+    assert opts[:2] == [Opt(U, 2, 16), Opt(U, 1, 8)] and Opt(OptOps.UNROLL, 3, 16) in opts
+    opts = choose_opts(batched(4, 32, 24, 32, True), XEON)
+    assert opts[:2] == [Opt(U, 2, 16), Opt(U, 1, 16)] and not any(o.op is OptOps.UNROLL for o in opts)
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(21, 384, 64), (16, 64, 48), (8, 32, 16)])
+def test_a_linear_layers_weight_is_transposed_in_registers_exactly(m: int, k: int, n: int) -> None:
+    """x @ W.T with W stored (out, in), as nn.Linear keeps it: W x W blocks loaded as rows and transposed
+    (transpose.py, renderer/c_transpose.py), bit for bit the plain loop."""
+    out, x, w = param(0, F32, m * n), param(1, F32, m * k), param(2, F32, n * k)
+    i, j, r = loop(m, 0), loop(n, 1), red(k, 2)
+    total = UOp(Ops.REDUCE, F32, (load(x, i * k + r) * load(w, j * k + r), r), Ops.ADD)
+    kernel = sink(UOp(Ops.END, dtypes.void, (store(out, i * n + j, total), i, j)), name="linear")
+    source = assert_heuristic_is_exact(kernel)
+    assert "plygrad_transpose_float16(" in source
 
 
 def test_a_gathered_batched_product_threads_its_batch_not_its_panels() -> None:

@@ -13,6 +13,7 @@
    `group_reduce`: GROUP_REDUCE reductions become shared-memory partials, a barrier and a serial finish (gpu.py);
 5. `lower_reduce`: REDUCEs become accumulators updated in their loops, UNROLL ranges unrolled updates;
    `fuse_wmma`: a tensor-core product added to accumulators becomes one WMMA accumulating them (tensor_core.py);
+   `transpose_gathers`: W unrolled copies of a gathered operand read as W row vectors, transposed (transpose.py);
 6. `simplify_lowered`: the symbolic rules again over the constants the expansion substituted;
 7. `linearize`: the flat statement list with loops (linearize.py);
 8. `render`: the target's renderer (renderer/), and ProgramInfo with op and memory estimates.
@@ -36,6 +37,7 @@ from plygrad.codegen.opts import apply_opts
 from plygrad.codegen.renderer import KernelSource, get_renderer
 from plygrad.codegen.scope import range_size
 from plygrad.codegen.tensor_core import fuse_accumulators
+from plygrad.codegen.transpose import transpose_gathers
 from plygrad.ir import (
     AxisType,
     IRError,
@@ -125,6 +127,10 @@ def _lower_reduce(state: Lowering) -> Lowering:
     return replace(state, kernel=graph_rewrite(state.kernel, lower_reduce, ctx=RegSlots(target=state.target)))
 
 
+def _transpose_gathers(state: Lowering) -> Lowering:
+    return replace(state, kernel=transpose_gathers(state.kernel, state.target))
+
+
 def _fuse_wmma(state: Lowering) -> Lowering:
     return replace(state, kernel=fuse_accumulators(state.kernel))
 
@@ -158,6 +164,7 @@ PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("group_reduce", _group_reduce),
     ("lower_reduce", _lower_reduce),
     ("fuse_wmma", _fuse_wmma),
+    ("transpose_gathers", _transpose_gathers),
     ("simplify_lowered", _simplify),
     ("linearize", _linearize),
     ("render", _render),

@@ -13,8 +13,11 @@ Its speed is set by how many vector operations each load feeds and whether the l
    at most ACCUMULATORS_WIDE (16) where the target's widest vector is 64 bytes (AVX-512 has 32 registers),
    ACCUMULATORS (8) otherwise (AVX2 has 16). `tile_shape` takes the most accumulators, then the fewest loads per
    step, then the most rows: 4x4 for a matmul, 16x1 for a convolution row of 7 vectors. An operand that is
-   strided along `j` (`a @ b.T`: both operands read along K) is gathered lane by lane (vectorize.py packs it once
-   per step): one vector per tile, and as many rows as fit to share each gather.
+   strided along `j` (`a @ b.T`: both operands read along K) is gathered: one vector per tile, and as many rows
+   as fit to share each gather. Where it is contiguous along the innermost reduce loop (nn.Linear's (out, in)
+   weight, attention's keys) that loop is UNROLLed by W, and the W copies of a step read a W x W block, loaded as
+   W rows and transposed in registers (transpose.py) instead of W*W scalar loads; the transposed vectors need W
+   registers, so the tile keeps TRANSPOSED_ROWS (8) rows.
 3. **Reduce loop innermost**, not unrolled when the tile is that large (the body is already 2*R*V ops, and
    unrolling multiplies the compile time for nothing); a window axis of <= FULL_UNROLL_MAX (a 3x3 kernel's) is.
 4. **Cache block** of the reduction (BLOCK, block.py): a tile streams K rows of the `b` panel (its V*W columns);
@@ -64,6 +67,7 @@ CACHE_WAYS: Final = 16  # associativity assumed for the L2 (current x86 and Arm 
 MIN_BLOCK: Final = 32  # reduce iterations per block below which the partial sums' loads and stores show
 BALANCE: Final = 4  # an axis of at least 4 iterations per thread keeps the threads busy whatever the remainder
 ROW_BLOCK_TILES: Final = 16  # row tiles per TILE block (step 5)
+TRANSPOSED_ROWS: Final = 8  # accumulators of a tile whose gathered operand is transposed in W registers (step 2)
 
 
 def _loads(value: UOp) -> list[UOp]:
@@ -125,11 +129,19 @@ def register_tile(kernel: UOp, target: Target, width: int, *, scalar_ops: int, c
     panels = sized[vector] // width
     # an operand strided along the vector axis (`a @ b.T`: both read along K) is gathered lane by lane: one vector
     # per tile (each more is `width` more scalar loads), as many rows as fit to share each gathered vector
-    gathered = any(lane_stride(n.src[0].src[1], ranges[vector]) != 1
-                   for n in _loads(red.src[0]) if _depends(n, ranges[vector]))
+    strided = [n for n in _loads(red.src[0]) if _depends(n, ranges[vector])
+               and lane_stride(n.src[0].src[1], ranges[vector]) != 1]
+    gathered = bool(strided)
+    inner_range = _range(red, loops[-1])
+    # a gathered operand contiguous along the innermost reduce loop: UNROLL that loop by the vector width and the
+    # W copies read W x W blocks, loaded as rows and transposed in registers (transpose.py); the W transposed
+    # vectors then need registers beside the accumulators, so fewer rows
+    transposed = (gathered and sized[loops[-1]] % width == 0
+                  and all(lane_stride(n.src[0].src[1], inner_range) == 1 for n in strided))
     # an op without a vector form is copied once per lane of every vector of the tile, not once per vector
     copies = max(scalar_ops * width, 1)
-    r_count, v_count = tile_shape(sized[row], 1 if gathered else panels, budget, copies, copies_max)
+    r_count, v_count = tile_shape(sized[row], 1 if gathered else panels, TRANSPOSED_ROWS if transposed else budget,
+                                  copies, copies_max)
     opts = [Opt(OptOps.UPCAST, vector, width)]
     if v_count > 1:
         opts.append(Opt(OptOps.UPCAST, vector, v_count))
@@ -139,7 +151,9 @@ def register_tile(kernel: UOp, target: Target, width: int, *, scalar_ops: int, c
     block = _block(kernel, target, red, vector=ranges[vector], outer=outer, columns=v_count * width, opts=opts)
     opts += block
     inner_size = block[0].amount if block and inner == outer else sized[inner]
-    if 2 <= inner_size <= FULL_UNROLL_MAX:
+    if transposed and inner_size % width == 0:
+        opts.append(Opt(OptOps.UNROLL, inner, width))
+    elif 2 <= inner_size <= FULL_UNROLL_MAX:
         opts.append(Opt(OptOps.UNROLL, inner, inner_size))
     elif r_count * v_count < 4 and inner_size % 4 == 0:
         opts.append(Opt(OptOps.UNROLL, inner, 4))

@@ -40,8 +40,9 @@ def _operands(t: Tensor, other: Tensor | Scalar, dtype: DType | None = None, rev
         if other.device != t.device:
             raise ValueError(f"{op}: operands are on different devices ({t.device} and {other.device}); "
                              "move one with .to(device)")
-        dt = result_dtype(t.dtype, other.dtype) if dtype is None else dtype
-        shape = broadcast_shapes(t.shape, other.shape)
+        # same dtype and same shape (most ops of a model) need no promotion and no broadcast: skip the lattice walk
+        dt = (t.dtype if t.dtype is other.dtype else result_dtype(t.dtype, other.dtype)) if dtype is None else dtype
+        shape = t.shape if t.shape == other.shape else broadcast_shapes(t.shape, other.shape)
         y = other._cast_to(dt)._broadcast_to(shape)
     elif isinstance(other, (bool, int, float)):
         dt = result_dtype(t.dtype, other) if dtype is None else dtype

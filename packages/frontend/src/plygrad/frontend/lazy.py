@@ -296,7 +296,8 @@ class LazyTensor(metaclass=ModeFlags):
         return self._make(const_uop(dt, value, self.shape if shape is None else shape), self.device)
 
     def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
-        return self._new(broadcast_uop(self.uop, shape))
+        # the same shape is this tensor: every binary op broadcasts both operands, most of them to their own shape
+        return self if shape == self.shape else self._new(broadcast_uop(self.uop, shape))
 
     def _cast_to(self, dtype: DType) -> Self:
         return self if dtype is self.dtype else self._new(UOp(Ops.CAST, dtype, (self.uop,)))

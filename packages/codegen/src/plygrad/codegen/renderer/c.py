@@ -20,6 +20,7 @@ from typing import Final
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
 from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2, vector_fma
+from plygrad.codegen.renderer.c_transpose import SHUFFLE_MACRO, transpose_helper
 from plygrad.codegen.renderer.c_types import (
     HELPER_OF,
     HELPERS,
@@ -87,6 +88,9 @@ class CFunction:
         self.vectors: set[DType] = set()
         self.vector_exp2: set[DType] = set()
         self.vector_fma: set[DType] = set()
+        self.vector_transpose: set[DType] = set()
+        # the rows of a register transpose -> (the array holding it, the indent it was declared at)
+        self.transposed: dict[tuple[UOp, ...], tuple[str, int]] = {}
         self.lines: list[str] = []
         self.indent = 1
 
@@ -101,6 +105,9 @@ class CFunction:
         helpers += "".join(vector_exp2(vector_type(d), d.count) for d in sorted(self.vector_exp2, key=str))
         helpers += "".join(vector_fma(vector_type(d), d.count, c_local(d.scalar()))
                            for d in sorted(self.vector_fma, key=str))
+        if self.vector_transpose:
+            helpers += SHUFFLE_MACRO + "".join(transpose_helper(vector_type(d), d.count)
+                                               for d in sorted(self.vector_transpose, key=str))
         signature = f"void {self.kernel.name}({', '.join(params) or 'void'})"
         return f"{PREAMBLE}{helpers}{signature} {{\n" + "\n".join(self.lines) + "\n}\n"
 
@@ -202,6 +209,7 @@ class CFunction:
         elif op is Ops.END or op is Ops.ENDIF:
             self.indent -= 1
             self.emit("}")
+            self.transposed = {k: v for k, v in self.transposed.items() if v[1] <= self.indent}  # out of scope
         elif op is Ops.IF:
             self.emit(f"if ({self.ref(node.src[0])}) {{")
             self.indent += 1
@@ -209,6 +217,10 @@ class CFunction:
             self.store(node)
         elif op is Ops.LOAD and node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
             self.vector_load(node)
+        elif op is Ops.GEP and len(node.arg) == 1 and self.renders_vector(node.src[0].dtype):
+            # a lane of a named (immutable) vector is read where it is used: a lane nothing reads (the rows of a
+            # register transpose) then costs no statement the C compiler has to throw away
+            self.names[node] = f"{self.ref(node.src[0])}[{node.arg[0]}]"
         else:
             name = f"v{len(self.names)}"
             expr = self.value(node)
@@ -312,12 +324,41 @@ class CFunction:
         if node.op is Ops.GEP:
             return f"{self.ref(node.src[0])}[{node.arg[0]}]"
         if node.op is Ops.VECTORIZE:
+            transposed = self.transposed_lane(node)
+            if transposed is not None:
+                return transposed
             return f"({self.local_type(node.dtype)}){{{', '.join(self.ref(s) for s in node.src)}}}"
         render = _ALU.get(node.op)
         if render is None:
             raise CodegenError(f"kernel {self.kernel.name}: the C renderer cannot render {node.op.name} "
                                f"({node.dtype!r}); it renders loads, stores, casts and the ALU ops of docs/ir.md")
         return render(self, node, [self.ref(s) for s in node.src])
+
+    def transposed_lane(self, node: UOp) -> str | None:
+        """A VECTORIZE of lane kk of each of W vectors of W lanes (transpose.py) as row kk of their register
+        transpose (renderer/c_transpose.py), the transpose made once where the first of them is; None for any
+        other VECTORIZE, or where the vectors are not all of the renderer's vector dtype."""
+        width = node.dtype.count
+        if (not all(s.op is Ops.GEP and len(s.arg) == 1 for s in node.src)
+                or len({int(s.arg[0]) for s in node.src}) != 1
+                or any(s.src[0].dtype != node.dtype for s in node.src) or not self.renders_vector(node.dtype)):
+            return None
+        rows = tuple(s.src[0] for s in node.src)
+        if len(set(rows)) != width:
+            return None
+        found = self.transposed.get(rows)
+        if found is None:
+            name = f"t{len(self.transposed)}_{len(self.names)}"
+            vec = self.local_type(node.dtype)
+            self.vector_transpose.add(node.dtype)
+            self.emit(f"{vec} {name}[{width}] = {{{', '.join(self.ref(r) for r in rows)}}};")
+            self.emit(f"plygrad_transpose_{vec[len('plygrad_'):]}({name});")
+            found = self.transposed[rows] = (name, self.indent)
+        return f"{found[0]}[{int(node.src[0].arg[0])}]"
+
+    def renders_vector(self, dtype: DType) -> bool:
+        """Whether this renderer spells `dtype` as one of c_types' vector types (the CUDA family does not)."""
+        return True
 
     def load(self, node: UOp) -> str:
         index = node.src[0]

@@ -265,6 +265,9 @@ class CudaFunction(CFunction):
     def mad(self, a: str, b: str, c: str) -> str:
         return f"__dadd_rn(__dmul_rn({a}, {b}), {c})"
 
+    def renders_vector(self, dtype: DType) -> bool:
+        return False  # vectors here are memory-only (float4 loads): a VECTORIZE of lanes stays a constructor
+
     def fused_mad(self, dtype: DType, a: str, b: str, c: str) -> str | None:
         if dtype.count > 1:
             return None  # no vector arithmetic here (VectorForms.alu is empty): a vector MULACC never comes
