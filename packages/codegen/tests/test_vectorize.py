@@ -257,3 +257,21 @@ def test_comparisons_and_selects_are_lane_masks_with_the_scalar_bits(width: int)
     got, source = run(kernel, WIDE, [Opt(OptOps.UPCAST, 0, width)])
     assert f"plygrad_float{width}_mask v" in source and " ? " not in source.split("{", 1)[1], source
     assert_same_bits(got, expected, f"width {width}")
+
+
+def test_a_lane_of_a_comparison_mask_cast_to_float_is_one_not_minus_one() -> None:
+    """ceil(x) = trunc(x) + float(trunc(x) < x): the comparison is a vector of lane masks (-1 or 0); a lane taken
+    from it and cast to float must be 1.0 (the scalar lane's _Bool), whatever the stores around it do."""
+    n = 8
+    out, a = param(0, dtypes.float32, n), param(1, dtypes.float32, n)
+    i = loop(n, 0)
+    x = load(a, i)
+    t = x.alu(Ops.TRUNC)
+    value = t + t.alu(Ops.CMPLT, x).cast(dtypes.float32)
+    kernel = sink(UOp(Ops.END, dtypes.void, (store(out, i, value), i)))
+    values = np.array([0.0, -0.0, 1e-30, -1e-30, 1e-7, 2.0, -2.0, 0.5], np.float32)
+    for opts in ([], [Opt(OptOps.UPCAST, 0, 8)]):
+        program = lower_uop(kernel, CPU, opts)
+        got = np.zeros(n, np.float32)
+        run_program(program, [got, values])
+        np.testing.assert_array_equal(got, np.ceil(values), err_msg=f"opts={opts}")

@@ -217,9 +217,11 @@ class CFunction:
             self.store(node)
         elif op is Ops.LOAD and node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
             self.vector_load(node)
-        elif op is Ops.GEP and len(node.arg) == 1 and self.renders_vector(node.src[0].dtype):
-            # a lane of a named (immutable) vector is read where it is used: a lane nothing reads (the rows of a
-            # register transpose) then costs no statement the C compiler has to throw away
+        elif (op is Ops.GEP and len(node.arg) == 1 and node.dtype is not dtypes.bool
+              and node.dtype is node.src[0].dtype.scalar() and self.renders_vector(node.src[0].dtype)):
+            # a lane of a named (immutable) float vector is read where it is used: a lane nothing reads (the rows of
+            # a register transpose) then costs no statement the C compiler has to throw away. Not a lane of a
+            # comparison's mask vector: that is -1 or 0, and only its _Bool local makes it 1 or 0
             self.names[node] = f"{self.ref(node.src[0])}[{node.arg[0]}]"
         else:
             name = f"v{len(self.names)}"
