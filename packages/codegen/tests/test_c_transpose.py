@@ -25,12 +25,16 @@ def _flags(kind: str) -> tuple[str, ...]:
     return native_flags() if kind == "native" else ()
 
 
+def _vector(dtype: DType, width: int) -> tuple[DType, str, str]:
+    """The vector dtype, its C type name and its element's C type."""
+    vec = dtype.vec(width)
+    return vec, vector_type(vec), "float" if dtype is dtypes.float32 else "double"
+
+
 @pytest.mark.parametrize("flags", FLAGS)
 @pytest.mark.parametrize(("dtype", "width"), TYPES, ids=lambda x: str(x) if isinstance(x, int) else x.name)
 def test_the_register_transpose_transposes(dtype: DType, width: int, flags: str) -> None:
-    vec = dtypes.float32.vec(width) if dtype is dtypes.float32 else dtypes.float64.vec(width)
-    name = vector_type(vec)
-    scalar = "float" if dtype is dtypes.float32 else "double"
+    vec, name, scalar = _vector(dtype, width)
     source = ("#include <math.h>\n#include <stdint.h>\n" + vector_typedefs(vec) + SHUFFLE_MACRO
               + transpose_helper(name, width)
               + f"void run({scalar}* out, const {scalar}* in) {{\n  {name} m[{width}];\n"
@@ -46,9 +50,7 @@ def test_the_register_transpose_transposes(dtype: DType, width: int, flags: str)
 @pytest.mark.parametrize("flags", FLAGS)
 @pytest.mark.parametrize(("dtype", "width"), TYPES, ids=lambda x: str(x) if isinstance(x, int) else x.name)
 def test_the_vector_fma_is_the_scalar_fma_of_each_lane(dtype: DType, width: int, flags: str) -> None:
-    vec = dtypes.float32.vec(width) if dtype is dtypes.float32 else dtypes.float64.vec(width)
-    name = vector_type(vec)
-    scalar = "float" if dtype is dtypes.float32 else "double"
+    vec, name, scalar = _vector(dtype, width)
     call = "fmaf" if dtype is dtypes.float32 else "fma"
     source = ("#include <math.h>\n#include <stdint.h>\n" + vector_typedefs(vec) + vector_fma(name, width, scalar)
               + f"void run({scalar}* out, const {scalar}* a, const {scalar}* b, const {scalar}* c, long n) {{\n"
