@@ -3,6 +3,8 @@ PLYGRAD_CPU_BUFFER_CACHE, the arrays freed longest ago evicted first, small arra
 
 from __future__ import annotations
 
+import threading
+
 import cffi
 import pytest
 
@@ -76,3 +78,22 @@ def test_arrays_start_on_a_cache_line(nbytes: int) -> None:
     allocator.free(handle)
     again = allocator.alloc(nbytes)
     assert int(ffi.cast("uintptr_t", again)) % ALIGNMENT == 0
+
+
+def test_threads_allocating_at_once_get_distinct_arrays() -> None:
+    """The aligned allocator's out-parameter is per call: shared, two threads could both get the pointer one of
+    them was given, and write into each other's buffers."""
+    ffi = cffi.FFI()
+    allocator = CFFIAllocator(ffi)
+    kept: list[list[object]] = [[] for _ in range(4)]  # every array stays alive until all are compared
+
+    def grab(k: int) -> None:
+        kept[k] = [allocator.alloc(4096 + 64 * k) for _ in range(200)]
+
+    workers = [threading.Thread(target=grab, args=(k,)) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    addresses = [int(ffi.cast("uintptr_t", h)) for handles in kept for h in handles]
+    assert len(addresses) == 800 and len(set(addresses)) == 800

@@ -42,7 +42,8 @@ def _operands(t: Tensor, other: Tensor | Scalar, dtype: DType | None = None, rev
                              "move one with .to(device)")
         # same dtype and same shape (most ops of a model) need no promotion and no broadcast: skip the lattice walk
         dt = (t.dtype if t.dtype is other.dtype else result_dtype(t.dtype, other.dtype)) if dtype is None else dtype
-        shape = t.shape if t.shape == other.shape else broadcast_shapes(t.shape, other.shape)
+        own, theirs = t.shape, other.shape
+        shape = own if own == theirs else broadcast_shapes(own, theirs)
         y = other._cast_to(dt)._broadcast_to(shape)
     elif isinstance(other, (bool, int, float)):
         dt = result_dtype(t.dtype, other) if dtype is None else dtype

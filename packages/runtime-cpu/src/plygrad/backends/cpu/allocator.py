@@ -36,9 +36,8 @@ def aligned_new(ffi: cffi.FFI) -> Any:
         memalign, free = libc.posix_memalign, libc.free
     except (OSError, AttributeError):
         return ffi.new
-    slot = libc_ffi.new("void **")
-
     def allocate(nbytes: int) -> Any:
+        slot = libc_ffi.new("void **")  # one per call: buffers are allocated from several threads at once
         if memalign(slot, ALIGNMENT, max(nbytes, 1)) != 0:
             return ffi.NULL  # cffi raises MemoryError
         return ffi.cast("void *", slot[0])
