@@ -38,7 +38,7 @@ def assert_heuristic_is_exact(kernel: UOp, target: Target = XEON) -> str:
     return source
 
 
-@pytest.mark.parametrize(("n", "block"), [(512, None), (1024, 256), (2048, 128)])
+@pytest.mark.parametrize(("n", "block"), [(128, None), (512, 128), (1024, 128), (2048, 128)])
 def test_square_matmul_tiles_on_an_avx512_xeon(n: int, block: int | None) -> None:
     expected = [Opt(U, 1, 16), Opt(U, 1, 4), Opt(U, 0, 4)]
     expected += [Opt(B, 2, block)] if block else []
@@ -46,12 +46,15 @@ def test_square_matmul_tiles_on_an_avx512_xeon(n: int, block: int | None) -> Non
     assert choose_opts(matmul(n, n, n), XEON) == [*expected, Opt(TILE, 0, 16), Opt(T, 0, 2)]
 
 
-def test_a_smaller_l2_blocks_sooner() -> None:
+def test_a_packed_panel_blocks_for_the_l1_and_a_gathered_one_for_the_l2() -> None:
     opts = choose_opts(matmul(256, 512, 256), SMALL)  # 8-float vectors, 16 registers: 4 x 2 tile
     assert opts[:3] == [Opt(U, 1, 8), Opt(U, 1, 2), Opt(U, 0, 4)]
-    assert Opt(B, 2, 128) in opts  # rows 1 KiB apart: 256 fit in 256 KiB, half of it
+    assert Opt(B, 2, 256) in opts  # packed rows of 64 B: 256 fit in two thirds of a 32 KiB L1
     assert opts[-2:] == [Opt(TILE, 0, 16), Opt(T, 0, 4)]  # 64 row tiles: 4 blocks, one per thread
-    assert not any(o.op is B for o in choose_opts(matmul(256, 512, 256), XEON))
+    assert Opt(B, 2, 128) in choose_opts(matmul(256, 512, 256), XEON)  # rows of 256 B in 32 of 48 KiB
+    # 16 rows are too few to pack a gathered operand: its rows (64 B, contiguous along K) stay in the L2, half of it
+    assert Opt(B, 3, 16384) in choose_opts(batched(1, 16, 65536, 16, True), XEON)
+    assert Opt(B, 3, 4096) in choose_opts(batched(1, 16, 65536, 16, True), SMALL)
 
 
 @pytest.mark.parametrize(("cache", "stride", "row", "rows"), [
@@ -78,13 +81,16 @@ def test_the_batch_takes_the_threads_when_columns_are_few() -> None:
 
 
 def test_gathered_operand_gets_one_vector_and_many_rows() -> None:
-    """Gathered along the vector axis but contiguous along K (a @ b.T): W copies of the reduce step make W x W
-    blocks transposed in registers, which need W registers, so 8 rows; with K not a multiple of W, lanes are
-    gathered one by one and 16 rows share each gather."""
-    opts = choose_opts(batched(4, 32, 64, 32, True), XEON)
+    """Gathered along the vector axis but contiguous along K (a @ b.T), with too few rows to share a pack (< 32):
+    W copies of the reduce step make W x W blocks transposed in registers, which need W registers, so 8 rows; with
+    K not a multiple of W, lanes are gathered one by one and 16 rows share each gather. From 32 rows on, the operand
+    is packed (pack.py) and the tile is the contiguous one."""
+    opts = choose_opts(batched(4, 16, 64, 32, True), XEON)
     assert opts[:2] == [Opt(U, 2, 16), Opt(U, 1, 8)] and Opt(OptOps.UNROLL, 3, 16) in opts
     opts = choose_opts(batched(4, 32, 24, 32, True), XEON)
     assert opts[:2] == [Opt(U, 2, 16), Opt(U, 1, 16)] and not any(o.op is OptOps.UNROLL for o in opts)
+    opts = choose_opts(batched(4, 32, 64, 32, True), XEON)
+    assert opts[:3] == [Opt(U, 2, 16), Opt(U, 2, 2), Opt(U, 1, 8)] and not any(o.op is OptOps.UNROLL for o in opts)
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(21, 384, 64), (16, 64, 48), (8, 32, 16)])

@@ -123,26 +123,36 @@ def _order_block(path: Path, items: dict[object, list[UOp]], where: dict[UOp, Pa
     return result
 
 
-def linearize(sink: UOp) -> list[UOp]:
-    """The statements of the lowered kernel `sink` in execution order (see the module docstring)."""
-    scopes = loop_scopes(sink)
-    depth = _range_depths(sink, scopes)
+class LoopNest:
+    """Where the statements of a lowered kernel go: `path(node)` is the chain of loops open around `node`, outermost
+    first (its loop scope closed under the enclosing rules above), in the order they nest."""
 
-    def range_key(r: UOp) -> tuple[int, int, int]:
-        return (depth.get(r, 0), _TYPE_RANK.get(r.arg[1], 5), int(r.arg[0]))
+    def __init__(self, sink: UOp) -> None:
+        self.scopes = loop_scopes(sink)
+        self.depth = _range_depths(sink, self.scopes)
+        self.outer = _enclosing(sink, self.scopes, self.range_key)
 
-    outer = _enclosing(sink, scopes, range_key)
+    def range_key(self, r: UOp) -> tuple[int, int, int]:
+        return (self.depth.get(r, 0), _TYPE_RANK.get(r.arg[1], 5), int(r.arg[0]))
 
-    def closure(scope: frozenset[UOp]) -> Path:
+    def closure(self, scope: frozenset[UOp]) -> Path:
         full = set(scope)
         stack = list(scope)
         while stack:
-            for o in outer.get(stack.pop(), ()):
+            for o in self.outer.get(stack.pop(), ()):
                 if o not in full:
                     full.add(o)
                     stack.append(o)
-        return tuple(sorted(full, key=range_key))
+        return tuple(sorted(full, key=self.range_key))
 
+    def path(self, node: UOp) -> Path:
+        return self.closure(self.scopes[node])
+
+
+def linearize(sink: UOp) -> list[UOp]:
+    """The statements of the lowered kernel `sink` in execution order (see the module docstring)."""
+    nest = LoopNest(sink)
+    scopes, range_key, closure = nest.scopes, nest.range_key, nest.closure
     order = {n: i for i, n in enumerate(sink.toposort)}
     where: dict[UOp, Path] = {}
     blocks: dict[Path, list[UOp]] = {(): []}

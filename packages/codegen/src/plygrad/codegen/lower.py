@@ -13,6 +13,8 @@
    `group_reduce`: GROUP_REDUCE reductions become shared-memory partials, a barrier and a serial finish (gpu.py);
 5. `lower_reduce`: REDUCEs become accumulators updated in their loops, UNROLL ranges unrolled updates;
    `fuse_wmma`: a tensor-core product added to accumulators becomes one WMMA accumulating them (tensor_core.py);
+   `pack_panels`: on a CPU, a vector operand reread by an inner loop is copied into a contiguous local buffer
+   first (pack.py);
    `transpose_gathers`: W unrolled copies of a gathered operand read as W row vectors, transposed (transpose.py);
 6. `simplify_lowered`: the symbolic rules again over the constants the expansion substituted;
 7. `linearize`: the flat statement list with loops (linearize.py);
@@ -34,6 +36,7 @@ from plygrad.codegen.gpu import LaunchContext, gpu_dims, group_reduce, shared_ou
 from plygrad.codegen.heuristic import choose_opts
 from plygrad.codegen.linearize import linearize
 from plygrad.codegen.opts import apply_opts
+from plygrad.codegen.pack import pack_panels
 from plygrad.codegen.renderer import KernelSource, get_renderer
 from plygrad.codegen.scope import range_size
 from plygrad.codegen.tensor_core import fuse_accumulators
@@ -131,6 +134,10 @@ def _transpose_gathers(state: Lowering) -> Lowering:
     return replace(state, kernel=transpose_gathers(state.kernel, state.target))
 
 
+def _pack_panels(state: Lowering) -> Lowering:
+    return replace(state, kernel=pack_panels(state.kernel, state.target))
+
+
 def _fuse_wmma(state: Lowering) -> Lowering:
     return replace(state, kernel=fuse_accumulators(state.kernel))
 
@@ -164,6 +171,7 @@ PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("group_reduce", _group_reduce),
     ("lower_reduce", _lower_reduce),
     ("fuse_wmma", _fuse_wmma),
+    ("pack_panels", _pack_panels),
     ("transpose_gathers", _transpose_gathers),
     ("simplify_lowered", _simplify),
     ("linearize", _linearize),

@@ -17,17 +17,21 @@ Its speed is set by how many vector operations each load feeds and whether the l
    as fit to share each gather. Where it is contiguous along the innermost reduce loop (nn.Linear's (out, in)
    weight, attention's keys) that loop is UNROLLed by W, and the W copies of a step read a W x W block, loaded as
    W rows and transposed in registers (transpose.py) instead of W*W scalar loads; the transposed vectors need W
-   registers, so the tile keeps TRANSPOSED_ROWS (8) rows.
+   registers, so the tile keeps TRANSPOSED_ROWS (8) rows. On a CPU with at least PACKED_GATHER_ROWS rows such an
+   operand is packed instead (pack.py: the pack loop transposes each block once per panel) and tiled like a
+   contiguous one.
 3. **Reduce loop innermost**, not unrolled when the tile is that large (the body is already 2*R*V ops, and
    unrolling multiplies the compile time for nothing); a window axis of <= FULL_UNROLL_MAX (a 3x3 kernel's) is.
 4. **Cache block** of the reduction (BLOCK, block.py): a tile streams K rows of the `b` panel (its V*W columns);
-   those rows must stay in the L2 (`target.cache_sizes[1]`, DEFAULT_L2 where unknown) while the next tile of rows
-   reads them again. How many do is not the L2 size over the row size when the rows are a power of two apart:
-   they then share a few cache sets (`panel_rows`; matmul 2048: 256 rows of 8 KiB stride in a 2 MiB L2, not
-   8192). BLOCK splits K so a block's panel takes at most half of that (the other half holds `a`'s block and the
-   outputs): KC = the largest divisor of K that fits, at least MIN_BLOCK iterations. All tiles then finish block 0
-   before block 1 begins; the partial sums wait in the output (bit-identical results). Measured on a 2-core Xeon
-   (2 MiB L2): matmul 1024 at KC 64/128/256/none: 133/145/155/90 GFLOP/s; 2048 at 64/128/256: 117/131/99.
+   those rows must stay in the cache while the next tile of rows reads them again. A panel pack.py packs is
+   contiguous: KC is the largest divisor of K whose packed panel fits `packed_panel_bytes` (two thirds of the
+   L1; matmul 1024, one core: 137 GFLOP/s at KC 128, 115 at 256). A gathered panel stays where it is, in the L2
+   (`target.cache_sizes[1]`, DEFAULT_L2 where unknown). How many of its rows do is not the L2 size over the row
+   size when the rows are a power of two apart: they then share a few cache sets (`panel_rows`; rows of 8 KiB
+   stride in a 2 MiB L2: 256, not 8192), and KC keeps the panel within half of that (the other half holds `a`'s
+   block and the outputs), at least MIN_BLOCK iterations. All tiles then finish block 0 before block 1 begins; the
+   partial sums wait in the output (bit-identical results). Measured before packing on a 2-core Xeon (2 MiB L2):
+   matmul 1024 at KC 64/128/256/none: 133/145/155/90 GFLOP/s; 2048 at 64/128/256: 117/131/99.
 5. **Row blocks** (TILE): with the loops in the order above, every panel of `b` streams all of `a` again from
    the L3 (matmul 2048: 32 panels per thread, 16 MiB each). TILE splits the row tiles into blocks of
    ROW_BLOCK_TILES (64 rows of a 4-row tile) whose inner part runs inside the panel loop: `a`'s block
@@ -54,6 +58,7 @@ from typing import Final
 from plygrad.codegen.block import check_block
 from plygrad.codegen.errors import OptError
 from plygrad.codegen.opts import apply_opts, kernel_ranges
+from plygrad.codegen.pack import packed_panel_bytes
 from plygrad.codegen.vectorize import lane_stride
 from plygrad.ir import AxisType, Ops, Opt, OptOps, PtrDType, Target, UOp, kernel_name
 
@@ -68,6 +73,7 @@ MIN_BLOCK: Final = 32  # reduce iterations per block below which the partial sum
 BALANCE: Final = 4  # an axis of at least 4 iterations per thread keeps the threads busy whatever the remainder
 ROW_BLOCK_TILES: Final = 16  # row tiles per TILE block (step 5)
 TRANSPOSED_ROWS: Final = 8  # accumulators of a tile whose gathered operand is transposed in W registers (step 2)
+PACKED_GATHER_ROWS: Final = 32  # rows from which a gathered operand is packed (step 2): 8 row tiles share a pack
 
 
 def _loads(value: UOp) -> list[UOp]:
@@ -138,37 +144,49 @@ def register_tile(kernel: UOp, target: Target, width: int, *, scalar_ops: int, c
     # vectors then need registers beside the accumulators, so fewer rows
     transposed = (gathered and sized[loops[-1]] % width == 0
                   and all(lane_stride(n.src[0].src[1], inner_range) == 1 for n in strided))
-    # an op without a vector form is copied once per lane of every vector of the tile, not once per vector
-    copies = max(scalar_ops * width, 1)
-    r_count, v_count = tile_shape(sized[row], 1 if gathered else panels, TRANSPOSED_ROWS if transposed else budget,
-                                  copies, copies_max)
-    opts = [Opt(OptOps.UPCAST, vector, width)]
-    if v_count > 1:
-        opts.append(Opt(OptOps.UPCAST, vector, v_count))
-    if r_count > 1:
-        opts.append(Opt(OptOps.UPCAST, row, r_count))
-    outer, inner = loops[0], loops[-1]
-    block = _block(kernel, target, red, vector=ranges[vector], outer=outer, columns=v_count * width, opts=opts)
-    opts += block
-    inner_size = block[0].amount if block and inner == outer else sized[inner]
-    if transposed and inner_size % width == 0:
-        opts.append(Opt(OptOps.UNROLL, inner, width))
-    elif 2 <= inner_size <= FULL_UNROLL_MAX:
-        opts.append(Opt(OptOps.UNROLL, inner, inner_size))
-    elif r_count * v_count < 4 and inner_size % 4 == 0:
-        opts.append(Opt(OptOps.UNROLL, inner, 4))
-    row_tiles = sized[row] // r_count
-    blocked_rows = not gathered and row_tiles >= 2 * ROW_BLOCK_TILES and row_tiles % ROW_BLOCK_TILES == 0
-    if blocked_rows:
-        opts.append(Opt(OptOps.TILE, row, ROW_BLOCK_TILES))
     work = 1
     for size in sized.values():
         work *= max(size, 1)
-    if target.threads > 1 and work >= thread_min_work:
-        tiles = {**sized, vector: panels // v_count,
-                 row: row_tiles // ROW_BLOCK_TILES if blocked_rows else row_tiles}
-        opts += _threads(target, outputs, vector, row, tiles, gathered=gathered, blocked_rows=blocked_rows)
-    return opts
+
+    def plan(gathered: bool, transposed: bool) -> list[Opt]:
+        # an op without a vector form is copied once per lane of every vector of the tile, not once per vector
+        copies = max(scalar_ops * width, 1)
+        r_count, v_count = tile_shape(sized[row], 1 if gathered else panels,
+                                      TRANSPOSED_ROWS if transposed else budget, copies, copies_max)
+        opts = [Opt(OptOps.UPCAST, vector, width)]
+        if v_count > 1:
+            opts.append(Opt(OptOps.UPCAST, vector, v_count))
+        if r_count > 1:
+            opts.append(Opt(OptOps.UPCAST, row, r_count))
+        outer, inner = loops[0], loops[-1]
+        block = _block(kernel, target, red, vector=ranges[vector], outer=outer, columns=v_count * width,
+                       packed=not gathered and not target.has_local, opts=opts)
+        opts += block
+        inner_size = block[0].amount if block and inner == outer else sized[inner]
+        if transposed and inner_size % width == 0:
+            opts.append(Opt(OptOps.UNROLL, inner, width))
+        elif 2 <= inner_size <= FULL_UNROLL_MAX:
+            opts.append(Opt(OptOps.UNROLL, inner, inner_size))
+        elif r_count * v_count < 4 and inner_size % 4 == 0:
+            opts.append(Opt(OptOps.UNROLL, inner, 4))
+        row_tiles = sized[row] // r_count
+        blocked_rows = not gathered and row_tiles >= 2 * ROW_BLOCK_TILES and row_tiles % ROW_BLOCK_TILES == 0
+        if blocked_rows:
+            opts.append(Opt(OptOps.TILE, row, ROW_BLOCK_TILES))
+        if target.threads > 1 and work >= thread_min_work:
+            tiles = {**sized, vector: panels // v_count,
+                     row: row_tiles // ROW_BLOCK_TILES if blocked_rows else row_tiles}
+            opts += _threads(target, outputs, vector, row, tiles, gathered=gathered, blocked_rows=blocked_rows)
+        return opts
+
+    if transposed and not target.has_local and sized[row] >= PACKED_GATHER_ROWS:
+        # on a CPU such an operand is packed instead (pack.py): once per panel and reduce block, transposed in the
+        # pack loop, then every row tile reads it as contiguous vectors, as if it were stored (K, N). Unless the
+        # threads split the row tiles themselves: no loop inside a thread would then reuse a pack
+        packed = plan(gathered=False, transposed=False)
+        if not any(o.op is OptOps.THREAD and o.axis == row for o in packed) or any(o.op is OptOps.TILE for o in packed):
+            return packed
+    return plan(gathered, transposed)
 
 
 def panel_rows(cache: int, stride: int, row_bytes: int) -> int:
@@ -180,7 +198,7 @@ def panel_rows(cache: int, stride: int, row_bytes: int) -> int:
     return max(1, min(cache // row_bytes, positions * CACHE_WAYS))
 
 
-def _block(kernel: UOp, target: Target, red: UOp, *, vector: UOp, outer: int, columns: int,
+def _block(kernel: UOp, target: Target, red: UOp, *, vector: UOp, outer: int, columns: int, packed: bool,
            opts: list[Opt]) -> list[Opt]:
     """BLOCK the reduction's outermost loop when its panel outgrows half the L2 (module docstring, step 4)."""
     r = _range(red, outer)
@@ -194,8 +212,11 @@ def _block(kernel: UOp, target: Target, red: UOp, *, vector: UOp, outer: int, co
     for s in red.src[1:]:
         if s is not r:
             per_step *= int(s.src[0].arg)
-    l2 = target.cache_sizes[1] if len(target.cache_sizes) > 1 else DEFAULT_L2
-    fits = panel_rows(l2, stride, row_bytes) // (2 * per_step)  # half the L2: the other operand's block needs room
+    if packed:  # pack.py copies each block of the panel into a contiguous buffer: it should stay in the L1
+        fits = packed_panel_bytes(target) // (row_bytes * per_step)
+    else:
+        l2 = target.cache_sizes[1] if len(target.cache_sizes) > 1 else DEFAULT_L2
+        fits = panel_rows(l2, stride, row_bytes) // (2 * per_step)  # half the L2: the other operand's block too
     size = int(r.src[0].arg)
     if size <= fits:
         return []

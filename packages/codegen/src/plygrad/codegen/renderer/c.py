@@ -38,7 +38,7 @@ from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, UOp, dtypes
 
 _MATH: Final[dict[Ops, str]] = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin",
                                 Ops.TRUNC: "trunc", Ops.POW: "pow"}
-_TAKEN: Final = re.compile(r"(data|ridx|v|acc)[0-9]+|plygrad_.*|__.*")
+_TAKEN: Final = re.compile(r"(data|ridx|v|acc|local)[0-9]+|plygrad_.*|__.*")
 # C keywords and the names the source itself uses: a variable named like one would not compile
 _C_RESERVED: Final = frozenset({
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum", "extern",
@@ -80,6 +80,7 @@ class CFunction:
         self.kernel = kernel
         self.names: dict[UOp, str] = {}
         self.declared_regs: set[int] = set()
+        self.locals: list[str] = []  # the DEFINE_LOCAL arrays declared so far
         self.helpers: set[str] = set()
         self.vectors: set[DType] = set()
         self.vector_exp2: set[DType] = set()
@@ -113,7 +114,7 @@ class CFunction:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in self.reserved or _TAKEN.fullmatch(name):
             raise CodegenError(f"kernel {self.kernel.name}: variable {name!r} cannot name a C parameter (not an "
                                "identifier, a C keyword or type, or one of the renderer's own names data<N>, "
-                               "ridx<N>, v<N>, acc<N>, plygrad_*); rename the variable")
+                               "ridx<N>, v<N>, acc<N>, local<N>, plygrad_*); rename the variable")
         return name
 
     def param_decl(self, index: int, dtype: DType, writable: bool) -> str:
@@ -198,7 +199,9 @@ class CFunction:
                                    "but C runs on a CPU without workgroups; don't apply LOCAL/GROUP for a target "
                                    "with has_local=False")
             if axis_type is AxisType.THREAD:
-                self.emit("#pragma omp parallel for")
+                # every thread packs into a buffer of its own (pack.py: the pack runs inside the thread's loop)
+                private = f" private({', '.join(self.locals)})" if self.locals else ""
+                self.emit(f"#pragma omp parallel for{private}")
             var = self.ref(node)
             self.emit(f"for (long long {var} = 0; {var} < {self.ref(node.src[0])}; {var}++) {{")
             self.indent += 1
@@ -211,6 +214,12 @@ class CFunction:
             self.indent += 1
         elif op is Ops.STORE:
             self.store(node)
+        elif op is Ops.DEFINE_LOCAL:  # a CPU workgroup is one thread: its scratch is an array on the stack
+            ptr = node.dtype
+            assert isinstance(ptr, PtrDType)
+            name = f"local{node.arg}"
+            self.locals.append(name)
+            self.emit(f"{self.storage_type(ptr.base)} {name}[{ptr.size}] __attribute__((aligned(64)));")
         elif op is Ops.LOAD and node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
             self.vector_load(node)
         elif (op is Ops.GEP and len(node.arg) == 1 and node.dtype is not dtypes.bool
@@ -282,9 +291,11 @@ class CFunction:
 
     def address(self, index: UOp) -> str:
         buf = index.src[0]
+        if buf.op is Ops.DEFINE_LOCAL:
+            return f"local{buf.arg}[{self.ref(index.src[1])}]"
         if buf.op is not Ops.PARAM:
-            raise CodegenError(f"kernel {self.kernel.name}: the C renderer indexes PARAM buffers and accumulators, "
-                               f"got INDEX into {buf.op.name}")
+            raise CodegenError(f"kernel {self.kernel.name}: the C renderer indexes PARAM buffers, local buffers and "
+                               f"accumulators, got INDEX into {buf.op.name}")
         return f"data{buf.arg}[{self.ref(index.src[1])}]"
 
     def from_storage(self, dtype: DType, expr: str) -> str:
