@@ -33,6 +33,9 @@ def realize(tensors: Sequence[Tensor]) -> None:
     if STATE.any_done_assigns():
         for t in tensors:
             done = STATE.done_assigns_in(t.uop)
+            # a tensor's own ASSIGN has not run (point_at replaces it once it has); an identical one that did ran
+            # for another tensor, and a cache or graph still holds the one hash-consed node
+            done.pop(strip_reshapes(t.uop), None)
             if done:
                 t.uop = t.uop.substitute(done)
     pending = [t for t in tensors if not t._is_realized()]

@@ -14,6 +14,8 @@ methods below. The algorithm that uses it, `realize()`, reads top to bottom in r
   tensor made from data copies nothing until it is realized. realize and `scheduling.run` copy them in.
 - **schedules**: (scheduler, normalized graph) -> the schedule's bytes, the only schedule cache (scheduling.py says
   why), read and filled by `scheduling.run`.
+- **graphs seen**: the last realized graphs (SINKs) -> their normalization (`scheduling.normalize`), held strongly so
+  that building the same graph again returns the same hash-consed nodes and finds it without walking it.
 - **capture**: the calling thread's TinyJit recording, if one is open; `scheduling.run` records each plan it runs
   there.
 
@@ -40,8 +42,13 @@ from plygrad.runtime import Buffer, BytesLike, Capture
 
 if TYPE_CHECKING:
     from plygrad.frontend.lazy import LazyTensor
+    from plygrad.frontend.scheduling import Normalized
 
 MAX_SCHEDULES: Final = 2048  # schedules kept, least recently stored dropped first
+# graphs seen kept, least recently used dropped first, and at most this many nodes in all: a kept graph holds its
+# nodes alive (a 6-layer encoder forward is ~2k nodes)
+MAX_GRAPHS: Final = 64
+MAX_GRAPH_NODES: Final = 100_000
 
 
 class RealizeState:
@@ -58,6 +65,9 @@ class RealizeState:
         self._flushing = threading.Lock()
         self._schedules: OrderedDict[tuple[object, UOp], bytes] = OrderedDict()
         self._schedules_lock = threading.Lock()
+        self._graphs: OrderedDict[UOp, tuple[Normalized, int]] = OrderedDict()  # sink -> (normalization, nodes)
+        self._graph_nodes = 0
+        self._graphs_lock = threading.Lock()
         self._capture: ContextVar[Capture | None] = ContextVar("plygrad_capture", default=None)
 
     # ---- assigns ------------------------------------------------------------------------------------------------
@@ -133,9 +143,36 @@ class RealizeState:
         return data
 
     def forget_schedules(self) -> None:
-        """Drop every cached schedule (a scheduler plugin was installed or removed)."""
+        """Drop every cached schedule (a scheduler plugin was installed or removed), and every graph seen."""
         with self._schedules_lock:
             self._schedules.clear()
+        with self._graphs_lock:
+            self._graphs.clear()
+            self._graph_nodes = 0
+
+    # ---- graphs seen --------------------------------------------------------------------------------------------
+    def seen_graph(self, sink: UOp) -> Normalized | None:
+        """The normalization of `sink` if it was realized recently (it is then the most recently used)."""
+        with self._graphs_lock:
+            found = self._graphs.get(sink)
+            if found is None:
+                return None
+            self._graphs.move_to_end(sink)
+            return found[0]
+
+    def remember_graph(self, sink: UOp, normalized: Normalized, nodes: int) -> None:
+        """Keep `sink` (of `nodes` nodes) and its normalization, dropping the least recently used graphs beyond
+        MAX_GRAPHS or MAX_GRAPH_NODES."""
+        if nodes > MAX_GRAPH_NODES:
+            return
+        with self._graphs_lock:
+            if sink in self._graphs:
+                return
+            self._graphs[sink] = (normalized, nodes)
+            self._graph_nodes += nodes
+            while len(self._graphs) > MAX_GRAPHS or self._graph_nodes > MAX_GRAPH_NODES:
+                _, (_, dropped) = self._graphs.popitem(last=False)
+                self._graph_nodes -= dropped
 
     # ---- JIT capture --------------------------------------------------------------------------------------------
     @contextmanager
