@@ -90,8 +90,15 @@ class RealizeState:
     def finish_assign(self, node: UOp, target: UOp, buffer_id: int, tensor: LazyTensor) -> None:
         """The ASSIGN `node` (held by `tensor`) ran: later graphs read `target` instead, and it is not pending."""
         self._done_assigns[node] = target
-        waiting = self._pending_assigns.get(buffer_id, [])
-        waiting[:] = [t for t in waiting if t is not tensor]
+        waiting = [t for t in self._pending_assigns.get(buffer_id, []) if t is not tensor]
+        if waiting:
+            self._pending_assigns[buffer_id] = waiting
+        else:
+            self._pending_assigns.pop(buffer_id, None)
+
+    def any_pending_assigns(self) -> bool:
+        """Whether some tensor holds an assign that has not run."""
+        return bool(self._pending_assigns)
 
     def any_done_assigns(self) -> bool:
         """Whether some ASSIGN ran that a live graph may still hold."""

@@ -90,9 +90,10 @@ def find_scheduler(name: str | None = None) -> ScheduleFn:
     return found
 
 
-def producer() -> str:
-    """How errors caused by the current scheduler's output name it (plygrad.runtime.plugin_output)."""
-    name = scheduler_name()
+def producer(name: str | None = None) -> str:
+    """How errors caused by the output of scheduler `name` (default: the current one) name it
+    (plygrad.runtime.plugin_output)."""
+    name = scheduler_name() if name is None else name
     return _PRODUCERS.get(name) or f"scheduler {name!r}"
 
 
@@ -159,14 +160,6 @@ def _may_recur(sink: UOp) -> bool:
     return True
 
 
-def _cached_schedule(key: UOp) -> bytes:
-    """The schedule bytes of a normalized SINK, asked of the scheduler once per (scheduler, structure).
-
-    Keyed by the loaded scheduler callable, not its name: finding it is a dict lookup, and a scheduler that is
-    swapped or uninstalled (discovery clears `_LOADED`) is never answered for by another one's cached schedules."""
-    return STATE.schedule(find_scheduler(), key)
-
-
 def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
     """Schedule and run `roots`; return the Buffer holding each root. `inputs` are the Buffers the graph reads."""
     unique = list(dict.fromkeys(roots))  # hash-consed: equal graphs are one node, realized once
@@ -175,12 +168,16 @@ def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
     plan: ExecPlan
     vals: dict[str, int] | None = None
     names: dict[str, str] | None = None
+    name = scheduler_name()  # read once: each read of a setting is an environment lookup
     if PLYGRAD_FORCE_BYTES.get():
-        plan = load_plan(find_scheduler()(serialize(sink, Stage.TENSOR)), producer())
+        plan = load_plan(find_scheduler(name)(serialize(sink, Stage.TENSOR)), producer(name))
         given = by_id
     else:
         norm = normalize(sink)
-        plan = load_plan(_cached_schedule(norm.key), producer())
+        # the schedule bytes of the normalized SINK, asked once per (scheduler, structure); keyed by the loaded
+        # scheduler callable, not its name, so a swapped or uninstalled scheduler (discovery clears `_LOADED`) is
+        # never answered for by another one's cached schedules
+        plan = load_plan(STATE.schedule(find_scheduler(name), norm.key), producer(name))
         given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(norm.ids)}
         vals, names = norm.vals, norm.names
     STATE.flush(inputs)
