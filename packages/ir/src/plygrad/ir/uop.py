@@ -292,7 +292,7 @@ class UOp:
     def shape(self) -> tuple[int, ...] | None:
         """Tensor-stage shape (None for nodes without one, like SINK or kernel ops). Raises ShapeError."""
         found = self.__dict__.get("_shape", _MISSING)  # known: the frontend asks each node's shape many times
-        return _fill_bottom_up(self, "_shape", infer_shape) if found is _MISSING else found  # type: ignore[no-any-return]
+        return _fill_bottom_up(self, "_shape", infer_shape) if found is _MISSING else found
 
     @property
     def ndim(self) -> int:
