@@ -75,3 +75,15 @@ def test_graphs_seen_are_kept_least_recently_used_first_within_count_and_node_bo
     assert state.seen_graph(graphs[2]) is None and state.seen_graph(graphs[3]) is marks[3]
     state.forget_schedules()
     assert state.seen_graph(graphs[0]) is None and state.seen_graph(graphs[3]) is None
+
+
+def test_readers_are_the_live_tensors_and_dead_references_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(realize_state, "MIN_READERS_SWEEP", 4)
+    state = RealizeState()
+    kept = [Tensor(float(i)) for i in range(3)]
+    for t in kept:
+        state.add_reader(t)
+    for i in range(10):  # each dies at once
+        state.add_reader(Tensor(float(i)))
+    assert {id(t) for t in state.readers()} == {id(t) for t in kept}
+    assert len(state._readers) < 13, "dead references were swept"

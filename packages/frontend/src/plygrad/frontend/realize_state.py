@@ -49,6 +49,7 @@ MAX_SCHEDULES: Final = 2048  # schedules kept, least recently stored dropped fir
 # nodes alive (a 6-layer encoder forward is ~2k nodes)
 MAX_GRAPHS: Final = 64
 MAX_GRAPH_NODES: Final = 100_000
+MIN_READERS_SWEEP: Final = 1024  # reader references kept before dead ones are first swept out
 
 
 class RealizeState:
@@ -57,8 +58,12 @@ class RealizeState:
     def __init__(self) -> None:
         self._pending_assigns: dict[int, list[LazyTensor]] = {}
         self._done_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-        self._readers: weakref.WeakSet[LazyTensor] = weakref.WeakSet()
-        self._readers_lock = threading.Lock()  # a WeakSet may not grow while another thread copies it
+        # weak references in a list, not a WeakSet: every tensor that reads a Buffer is added (thousands per model
+        # forward), and a WeakSet costs a Python-level add and a callback per death; dead references are dropped
+        # when the list has doubled since the last sweep
+        self._readers: list[weakref.ref[LazyTensor]] = []
+        self._readers_sweep_at = MIN_READERS_SWEEP
+        self._readers_lock = threading.Lock()  # the list may not be swept while another thread appends
         self._host_data: weakref.WeakKeyDictionary[Buffer, BytesLike] = weakref.WeakKeyDictionary()
         # held from taking a Buffer's staged data until it is copied in: a thread realizing another graph over the
         # same Buffer must not launch on it in between (it would read memory the copy has not filled yet)
@@ -110,14 +115,20 @@ class RealizeState:
 
     # ---- readers ------------------------------------------------------------------------------------------------
     def add_reader(self, tensor: LazyTensor) -> None:
-        """`tensor`'s graph reads a Buffer (kept weakly: a reader that is gone needs no old values)."""
+        """`tensor`'s graph reads a Buffer (kept weakly: a reader that is gone needs no old values). Each tensor is
+        added once, when it is made."""
+        ref = weakref.ref(tensor)
         with self._readers_lock:
-            self._readers.add(tensor)
+            self._readers.append(ref)
+            if len(self._readers) >= self._readers_sweep_at:
+                self._readers = [r for r in self._readers if r() is not None]
+                self._readers_sweep_at = max(MIN_READERS_SWEEP, 2 * len(self._readers))
 
     def readers(self) -> list[LazyTensor]:
         """The live tensors whose graphs read a Buffer."""
         with self._readers_lock:
-            return list(self._readers)
+            refs = list(self._readers)
+        return [t for t in (r() for r in refs) if t is not None]
 
     # ---- host data ----------------------------------------------------------------------------------------------
     def stage(self, buf: Buffer, data: BytesLike) -> None:
