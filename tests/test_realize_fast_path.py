@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from plygrad.frontend import Tensor, scheduling
-from plygrad.ir import StructuralKey, UOp
+from plygrad.ir import StructuralKey, UOp, structural_key
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(1)
@@ -24,7 +24,7 @@ def _f32(*shape: int) -> Array:
 def _counting_walks(monkeypatch: pytest.MonkeyPatch) -> list[UOp]:
     """Record every graph the realize path walks to normalize it."""
     walked: list[UOp] = []
-    real: Callable[..., StructuralKey] = scheduling.structural_key
+    real: Callable[..., StructuralKey] = structural_key
 
     def counting(sink: UOp, *args: Any) -> StructuralKey:
         walked.append(sink)
