@@ -4,6 +4,7 @@ The cases that need a backend to run are in tests/test_realize_state.py."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -53,3 +54,36 @@ def test_a_capture_is_the_calling_threads_own() -> None:
         worker.join()
         assert state.capture() is capture
     assert seen["other"] is None and state.capture() is None
+
+
+def test_graphs_seen_are_kept_least_recently_used_first_within_count_and_node_bounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(realize_state, "MAX_GRAPHS", 2)
+    monkeypatch.setattr(realize_state, "MAX_GRAPH_NODES", 10)
+    state = RealizeState()
+    graphs = [UOp.const(dtypes.int32, i) for i in range(4)]
+    marks: list[Any] = [object() for _ in graphs]  # stand-ins for the normalizations (only handed back)
+    state.remember_graph(graphs[0], marks[0], 3)
+    state.remember_graph(graphs[1], marks[1], 3)
+    assert state.seen_graph(graphs[0]) is marks[0]  # now the most recently used
+    state.remember_graph(graphs[2], marks[2], 3)  # a third graph: the least recently used (1) goes
+    assert state.seen_graph(graphs[1]) is None
+    assert state.seen_graph(graphs[0]) is marks[0] and state.seen_graph(graphs[2]) is marks[2]
+    state.remember_graph(graphs[3], marks[3], 11)  # larger than the node bound: not kept, nothing dropped
+    assert state.seen_graph(graphs[3]) is None and state.seen_graph(graphs[0]) is marks[0]
+    state.remember_graph(graphs[3], marks[3], 6)  # 3 + 3 + 6 nodes > 10: the least recently used (2) goes
+    assert state.seen_graph(graphs[2]) is None and state.seen_graph(graphs[3]) is marks[3]
+    state.forget_schedules()
+    assert state.seen_graph(graphs[0]) is None and state.seen_graph(graphs[3]) is None
+
+
+def test_readers_are_the_live_tensors_and_dead_references_are_swept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(realize_state, "MIN_READERS_SWEEP", 4)
+    state = RealizeState()
+    kept = [Tensor(float(i)) for i in range(3)]
+    for t in kept:
+        state.add_reader(t)
+    for i in range(10):  # each dies at once
+        state.add_reader(Tensor(float(i)))
+    assert {id(t) for t in state.readers()} == {id(t) for t in kept}
+    assert len(state._readers) < 13, "dead references were swept"

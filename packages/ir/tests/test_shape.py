@@ -49,6 +49,14 @@ def test_broadcast_shapes_matches_numpy(shape_list: list[tuple[int, ...]]) -> No
     assert broadcast_shapes(*shape_list) == expected
 
 
+def test_broadcast_answers_are_kept_but_errors_are_raised_every_time() -> None:
+    assert broadcast_shapes((3, 1), (4,)) == broadcast_shapes((3, 1), (4,)) == (3, 4)
+    assert broadcast_shapes([3, 1], (4,)) == (3, 4)  # type: ignore[arg-type]  # a list is no key, still answered
+    for _ in range(2):
+        with pytest.raises(ShapeError, match="do not broadcast"):
+            broadcast_shapes((3,), (4,))
+
+
 def test_broadcast_error_names_the_shapes_and_axis() -> None:
     message = "shapes (2, 3) and (4, 3) do not broadcast: axis -2 has sizes [2, 4]"
     with pytest.raises(ShapeError, match=re.escape(message)):

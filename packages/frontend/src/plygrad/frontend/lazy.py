@@ -177,8 +177,13 @@ class LazyTensor(metaclass=ModeFlags):
         False otherwise or when the result is not floating point. Under no_grad a floating-point result computed
         from tensors that could get a gradient is wrapped in a gradient stop: its graph still contains theirs, and
         autograd must not see through it when the result is later used beside them."""
-        if not uop.dtype.is_float or not any(p._requires_grad or (p._requires_grad is None and p.inputs)
-                                             for p in parents):
+        if not uop.dtype.is_float:
+            return uop, False
+        if len(parents) == 1:  # most ops: no generator
+            single = parents[0]._requires_grad
+            if not single and (single is not None or not parents[0].inputs):
+                return uop, False
+        elif not any(p._requires_grad or (p._requires_grad is None and p.inputs) for p in parents):
             return uop, False
         if type(self).no_grad:
             return stop_gradient(uop), False
@@ -253,7 +258,10 @@ class LazyTensor(metaclass=ModeFlags):
     # ---- properties -------------------------------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return shape_of(self.uop)
+        shape = self.uop.shape  # shape_of inlined: ops read shapes more than anything else
+        if shape is None:
+            raise ShapeError(f"{self.uop.op.name} node has no tensor shape")
+        return shape
 
     @property
     def dtype(self) -> DType:

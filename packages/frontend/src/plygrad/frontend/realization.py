@@ -33,6 +33,9 @@ def realize(tensors: Sequence[Tensor]) -> None:
     if STATE.any_done_assigns():
         for t in tensors:
             done = STATE.done_assigns_in(t.uop)
+            # a tensor's own ASSIGN has not run (point_at replaces it once it has); an identical one that did ran
+            # for another tensor, and a cache or graph still holds the one hash-consed node
+            done.pop(strip_reshapes(t.uop), None)
             if done:
                 t.uop = t.uop.substitute(done)
     pending = [t for t in tensors if not t._is_realized()]
@@ -53,7 +56,7 @@ def realize(tensors: Sequence[Tensor]) -> None:
                 own = Buffer(out.device, out.size, out.dtype).copyin(out.copyout())
             claimed.add(own.id)
             point_at(t, own)
-    STATE.flush(frozenset[Buffer]().union(*(t.inputs for t in tensors)))
+    STATE.flush(buf for t in tensors for buf in t.inputs)  # a generator: usually nothing is staged
 
 
 def point_at(t: LazyTensor, buf: Buffer) -> None:
@@ -76,6 +79,8 @@ def point_at(t: LazyTensor, buf: Buffer) -> None:
 def _run_pending_assigns(tensors: Sequence[Tensor]) -> None:
     """Run the pending assigns into buffers these tensors read (other than their own), so that they read the
     written values, each write once."""
+    if not STATE.any_pending_assigns():
+        return
     waiting = STATE.take_pending_assigns({buf.id for t in tensors for buf in t.inputs})
     todo: list[Tensor] = []
     for t in waiting:

@@ -14,6 +14,8 @@ methods below. The algorithm that uses it, `realize()`, reads top to bottom in r
   tensor made from data copies nothing until it is realized. realize and `scheduling.run` copy them in.
 - **schedules**: (scheduler, normalized graph) -> the schedule's bytes, the only schedule cache (scheduling.py says
   why), read and filled by `scheduling.run`.
+- **graphs seen**: the last realized graphs (SINKs) -> their normalization (`scheduling.normalize`), held strongly so
+  that building the same graph again returns the same hash-consed nodes and finds it without walking it.
 - **capture**: the calling thread's TinyJit recording, if one is open; `scheduling.run` records each plan it runs
   there.
 
@@ -40,8 +42,14 @@ from plygrad.runtime import Buffer, BytesLike, Capture
 
 if TYPE_CHECKING:
     from plygrad.frontend.lazy import LazyTensor
+    from plygrad.frontend.scheduling import Normalized
 
 MAX_SCHEDULES: Final = 2048  # schedules kept, least recently stored dropped first
+# graphs seen kept, least recently used dropped first, and at most this many nodes in all: a kept graph holds its
+# nodes alive (a 6-layer encoder forward is ~2k nodes)
+MAX_GRAPHS: Final = 64
+MAX_GRAPH_NODES: Final = 100_000
+MIN_READERS_SWEEP: Final = 1024  # reader references kept before dead ones are first swept out
 
 
 class RealizeState:
@@ -50,14 +58,21 @@ class RealizeState:
     def __init__(self) -> None:
         self._pending_assigns: dict[int, list[LazyTensor]] = {}
         self._done_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-        self._readers: weakref.WeakSet[LazyTensor] = weakref.WeakSet()
-        self._readers_lock = threading.Lock()  # a WeakSet may not grow while another thread copies it
+        # weak references in a list, not a WeakSet: every tensor that reads a Buffer is added (thousands per model
+        # forward), and a WeakSet costs a Python-level add and a callback per death; dead references are dropped
+        # when the list has doubled since the last sweep
+        self._readers: list[weakref.ref[LazyTensor]] = []
+        self._readers_sweep_at = MIN_READERS_SWEEP
+        self._readers_lock = threading.Lock()  # the list may not be swept while another thread appends
         self._host_data: weakref.WeakKeyDictionary[Buffer, BytesLike] = weakref.WeakKeyDictionary()
         # held from taking a Buffer's staged data until it is copied in: a thread realizing another graph over the
         # same Buffer must not launch on it in between (it would read memory the copy has not filled yet)
         self._flushing = threading.Lock()
         self._schedules: OrderedDict[tuple[object, UOp], bytes] = OrderedDict()
         self._schedules_lock = threading.Lock()
+        self._graphs: OrderedDict[UOp, tuple[Normalized, int]] = OrderedDict()  # sink -> (normalization, nodes)
+        self._graph_nodes = 0
+        self._graphs_lock = threading.Lock()
         self._capture: ContextVar[Capture | None] = ContextVar("plygrad_capture", default=None)
 
     # ---- assigns ------------------------------------------------------------------------------------------------
@@ -80,8 +95,15 @@ class RealizeState:
     def finish_assign(self, node: UOp, target: UOp, buffer_id: int, tensor: LazyTensor) -> None:
         """The ASSIGN `node` (held by `tensor`) ran: later graphs read `target` instead, and it is not pending."""
         self._done_assigns[node] = target
-        waiting = self._pending_assigns.get(buffer_id, [])
-        waiting[:] = [t for t in waiting if t is not tensor]
+        waiting = [t for t in self._pending_assigns.get(buffer_id, []) if t is not tensor]
+        if waiting:
+            self._pending_assigns[buffer_id] = waiting
+        else:
+            self._pending_assigns.pop(buffer_id, None)
+
+    def any_pending_assigns(self) -> bool:
+        """Whether some tensor holds an assign that has not run."""
+        return bool(self._pending_assigns)
 
     def any_done_assigns(self) -> bool:
         """Whether some ASSIGN ran that a live graph may still hold."""
@@ -93,14 +115,20 @@ class RealizeState:
 
     # ---- readers ------------------------------------------------------------------------------------------------
     def add_reader(self, tensor: LazyTensor) -> None:
-        """`tensor`'s graph reads a Buffer (kept weakly: a reader that is gone needs no old values)."""
+        """`tensor`'s graph reads a Buffer (kept weakly: a reader that is gone needs no old values). Each tensor is
+        added once, when it is made."""
+        ref = weakref.ref(tensor)
         with self._readers_lock:
-            self._readers.add(tensor)
+            self._readers.append(ref)
+            if len(self._readers) >= self._readers_sweep_at:
+                self._readers = [r for r in self._readers if r() is not None]
+                self._readers_sweep_at = max(MIN_READERS_SWEEP, 2 * len(self._readers))
 
     def readers(self) -> list[LazyTensor]:
         """The live tensors whose graphs read a Buffer."""
         with self._readers_lock:
-            return list(self._readers)
+            refs = list(self._readers)
+        return [t for t in (r() for r in refs) if t is not None]
 
     # ---- host data ----------------------------------------------------------------------------------------------
     def stage(self, buf: Buffer, data: BytesLike) -> None:
@@ -133,9 +161,36 @@ class RealizeState:
         return data
 
     def forget_schedules(self) -> None:
-        """Drop every cached schedule (a scheduler plugin was installed or removed)."""
+        """Drop every cached schedule (a scheduler plugin was installed or removed), and every graph seen."""
         with self._schedules_lock:
             self._schedules.clear()
+        with self._graphs_lock:
+            self._graphs.clear()
+            self._graph_nodes = 0
+
+    # ---- graphs seen --------------------------------------------------------------------------------------------
+    def seen_graph(self, sink: UOp) -> Normalized | None:
+        """The normalization of `sink` if it was realized recently (it is then the most recently used)."""
+        with self._graphs_lock:
+            found = self._graphs.get(sink)
+            if found is None:
+                return None
+            self._graphs.move_to_end(sink)
+            return found[0]
+
+    def remember_graph(self, sink: UOp, normalized: Normalized, nodes: int) -> None:
+        """Keep `sink` (of `nodes` nodes) and its normalization, dropping the least recently used graphs beyond
+        MAX_GRAPHS or MAX_GRAPH_NODES."""
+        if nodes > MAX_GRAPH_NODES:
+            return
+        with self._graphs_lock:
+            if sink in self._graphs:
+                return
+            self._graphs[sink] = (normalized, nodes)
+            self._graph_nodes += nodes
+            while len(self._graphs) > MAX_GRAPHS or self._graph_nodes > MAX_GRAPH_NODES:
+                _, (_, dropped) = self._graphs.popitem(last=False)
+                self._graph_nodes -= dropped
 
     # ---- JIT capture --------------------------------------------------------------------------------------------
     @contextmanager

@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final
 
-from plygrad.frontend import config, random
+from plygrad.frontend import autograd, config, random
 from plygrad.frontend.errors import SchedulerNotFoundError
 from plygrad.frontend.realize_state import STATE
 from plygrad.ir import Ops, Stage, UOp, dtypes, serialize, structural_key
@@ -90,9 +90,10 @@ def find_scheduler(name: str | None = None) -> ScheduleFn:
     return found
 
 
-def producer() -> str:
-    """How errors caused by the current scheduler's output name it (plygrad.runtime.plugin_output)."""
-    name = scheduler_name()
+def producer(name: str | None = None) -> str:
+    """How errors caused by the output of scheduler `name` (default: the current one) name it
+    (plygrad.runtime.plugin_output)."""
+    name = scheduler_name() if name is None else name
     return _PRODUCERS.get(name) or f"scheduler {name!r}"
 
 
@@ -121,7 +122,15 @@ class Normalized:
 def normalize(sink: UOp) -> Normalized:
     """`sink` with its BUFFERs renumbered 0, 1, ... in toposort order and every BIND bound to its variable's minimum;
     the variables a random draw made (random.VAR_PREFIX, one pair per draw) are renamed by rank too, so draws of one
-    size at any offset and seed are one structure (scheduled, lowered and compiled once)."""
+    size at any offset and seed are one structure (scheduled, lowered and compiled once).
+
+    A graph realized recently is found by identity, without a walk (`STATE.seen_graph`): nodes are hash-consed, so
+    the same object is the same graph, the same BUFFER ids and BIND values included, and the normalization is a
+    function of the graph alone. Remembering a graph keeps its nodes alive, which is what makes building it again
+    give the same object."""
+    seen = STATE.seen_graph(sink)
+    if seen is not None:
+        return seen
     ranks: dict[str, int] = {}
 
     def by_rank(var: UOp) -> UOp:
@@ -133,15 +142,22 @@ def normalize(sink: UOp) -> Normalized:
         return UOp.variable(f"{kind}{rank}", vmin, vmax, var.dtype)
 
     found = structural_key(sink, by_rank)  # plygrad.ir's, so any layer keys a graph the same way
-    return Normalized(found.key, list(found.buffer_ids), found.bound_values(), found.variable_names())
+    norm = Normalized(found.key, list(found.buffer_ids), found.bound_values(), found.variable_names())
+    if not ranks and _may_recur(sink):
+        STATE.remember_graph(sink, norm, len(sink.toposort))
+    return norm
 
 
-def _cached_schedule(key: UOp) -> bytes:
-    """The schedule bytes of a normalized SINK, asked of the scheduler once per (scheduler, structure).
-
-    Keyed by the loaded scheduler callable, not its name: finding it is a dict lookup, and a scheduler that is
-    swapped or uninstalled (discovery clears `_LOADED`) is never answered for by another one's cached schedules."""
-    return STATE.schedule(find_scheduler(), key)
+def _may_recur(sink: UOp) -> bool:
+    """Whether remembering `sink` is worth it and harmless. Not with an ASSIGN: a remembered ASSIGN node that ran
+    would stay "done" (realize_state), and the same assign built again would be skipped. Not with the view of a
+    realized tensor autograd differentiates through (autograd.REALIZED): the entry, which holds the Buffers its graph
+    read, lives as long as the view. A random draw (checked by the caller) never recurs: its variables are new."""
+    realized = autograd.REALIZED
+    for node in sink.toposort:
+        if node.op is Ops.ASSIGN or (realized and node.op is Ops.RESHAPE and node in realized):
+            return False
+    return True
 
 
 def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
@@ -152,12 +168,16 @@ def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
     plan: ExecPlan
     vals: dict[str, int] | None = None
     names: dict[str, str] | None = None
+    name = scheduler_name()  # read once: each read of a setting is an environment lookup
     if PLYGRAD_FORCE_BYTES.get():
-        plan = load_plan(find_scheduler()(serialize(sink, Stage.TENSOR)), producer())
+        plan = load_plan(find_scheduler(name)(serialize(sink, Stage.TENSOR)), producer(name))
         given = by_id
     else:
         norm = normalize(sink)
-        plan = load_plan(_cached_schedule(norm.key), producer())
+        # the schedule bytes of the normalized SINK, asked once per (scheduler, structure); keyed by the loaded
+        # scheduler callable, not its name, so a swapped or uninstalled scheduler (discovery clears `_LOADED`) is
+        # never answered for by another one's cached schedules
+        plan = load_plan(STATE.schedule(find_scheduler(name), norm.key), producer(name))
         given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(norm.ids)}
         vals, names = norm.vals, norm.names
     STATE.flush(inputs)

@@ -400,6 +400,17 @@ def least_upper_dtype(*dts: DType) -> DType:
     meet in float64 (PyTorch refuses that pair), float16 and bfloat16 meet in float32. Two different fp8s meet in
     float16, as in tinygrad (both 16-bit floats bound them; tinygrad picks the lower priority).
     """
+    found = _LEAST_UPPER.get(dts)
+    if found is not None:
+        return found
+    _LEAST_UPPER[dts] = found = _least_upper(dts)
+    return found
+
+
+_LEAST_UPPER: Final[dict[tuple[DType, ...], DType]] = {}  # least_upper_dtype's answers (every op promotes)
+
+
+def _least_upper(dts: tuple[DType, ...]) -> DType:
     if not dts:
         raise ValueError("least_upper_dtype() needs at least one dtype")
     for dt in dts:

@@ -21,7 +21,24 @@ Shape = tuple[int, ...]
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:
-    """The NumPy/PyTorch broadcast of `shapes`: align on the right, sizes must match or be 1."""
+    """The NumPy/PyTorch broadcast of `shapes`: align on the right, sizes must match or be 1. Answers are kept
+    (up to MAX_BROADCASTS): a model broadcasts the same few shape pairs in every layer."""
+    try:
+        found = _BROADCASTS.get(shapes)
+    except TypeError:  # a list among the shapes: not a key
+        return _broadcast(shapes)
+    if found is None:
+        if len(_BROADCASTS) >= MAX_BROADCASTS:
+            _BROADCASTS.clear()
+        found = _BROADCASTS[shapes] = _broadcast(shapes)
+    return found
+
+
+MAX_BROADCASTS: Final = 4096
+_BROADCASTS: Final[dict[tuple[Shape, ...], Shape]] = {}
+
+
+def _broadcast(shapes: tuple[Shape, ...]) -> Shape:
     ndim = max((len(s) for s in shapes), default=0)
     padded = [(1,) * (ndim - len(s)) + tuple(s) for s in shapes]
     result = []

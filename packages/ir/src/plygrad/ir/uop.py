@@ -41,17 +41,21 @@ def arg_key(arg: Any) -> Any:
     if kind is Ops:
         return (_OPS_TAG, arg.name)
     if kind is float:
-        return (_FLOAT_TAG, struct.pack("<d", arg))
+        return (_FLOAT_TAG, _PACK_DOUBLE(arg))
     if kind is bool:
         return (_BOOL_TAG, arg)
-    if kind is tuple:
-        return (_TUPLE_TAG, *[arg_key(a) for a in arg])
+    if kind is tuple:  # mostly shapes: an int is its own key, so no call for it
+        return (_TUPLE_TAG, *[a if type(a) is int else arg_key(a) for a in arg])
     names = _RECORD_KEY_FIELDS.get(kind)
     if names is None and hasattr(kind, "record_name"):
         names = _RECORD_KEY_FIELDS[kind] = record_fields(kind)
     if names is not None:  # a record's own == would merge BufferRef(True, ..) with BufferRef(1, ..)
-        return (kind, *[arg_key(getattr(arg, name)) for name in names])
+        fields = [getattr(arg, name) for name in names]
+        return (kind, *[v if type(v) is int or type(v) is str else arg_key(v) for v in fields])
     return arg
+
+
+_PACK_DOUBLE: Final = struct.Struct("<d").pack
 
 
 _RECORD_KEY_FIELDS: dict[type, tuple[str, ...]] = {}
@@ -287,7 +291,8 @@ class UOp:
     @property
     def shape(self) -> tuple[int, ...] | None:
         """Tensor-stage shape (None for nodes without one, like SINK or kernel ops). Raises ShapeError."""
-        return _fill_bottom_up(self, "_shape", infer_shape)
+        found = self.__dict__.get("_shape", _MISSING)  # known: the frontend asks each node's shape many times
+        return _fill_bottom_up(self, "_shape", infer_shape) if found is _MISSING else found
 
     @property
     def ndim(self) -> int:

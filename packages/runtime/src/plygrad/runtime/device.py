@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import enum
+import functools
 import threading
 import traceback
 import warnings
@@ -68,8 +69,10 @@ def split_device(device: str) -> tuple[str, int]:
     return base.upper(), int(index) if sep else 0
 
 
+@functools.lru_cache(maxsize=256)
 def canonical_device(device: str) -> str:
-    """The one spelling of a device name: upper-case backend, no ':0' ("cpu:0" -> "CPU")."""
+    """The one spelling of a device name: upper-case backend, no ':0' ("cpu:0" -> "CPU"). Cached: every Buffer
+    and tensor op asks, with a handful of names."""
     base, index = split_device(device)
     return base if index == 0 else f"{base}:{index}"
 
