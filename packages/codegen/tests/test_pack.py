@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from cg_kernels import batched, matmul
+from cg_kernels import batched, heads_projection, matmul
 from cg_run import native_flags, run_program
 
 from plygrad.codegen import choose_opts, lower_uop
@@ -120,4 +120,15 @@ def test_a_gathered_operand_whose_rows_are_threaded_keeps_the_register_transpose
     inputs = inputs_for(kernel, 3)
     out, source = run(kernel, XEON, None, inputs)
     assert "plygrad_transpose_float16" in source and not LOCALS.search(source)
+    np.testing.assert_array_equal(out, run(kernel, XEON, [], inputs)[0])
+
+
+def test_a_pack_that_no_thread_loop_encloses_is_shared_by_the_threads() -> None:
+    # the weight of attention's output projection depends on no output loop the threads split: its pack runs once,
+    # before the parallel loop, into one buffer every thread reads (a private copy would be uninitialized)
+    kernel = heads_projection(8, 21, 12, 32, 64)
+    inputs = inputs_for(kernel, 4)
+    out, source = run(kernel, XEON, None, inputs)
+    before, parallel = source.split("#pragma omp parallel for", 1)
+    assert "memcpy(&local0[" in before and "private" not in parallel.splitlines()[0]
     np.testing.assert_array_equal(out, run(kernel, XEON, [], inputs)[0])

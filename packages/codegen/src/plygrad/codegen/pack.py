@@ -10,8 +10,11 @@ targets without workgroups) finds each such operand and gives it a buffer of its
         for ... a loop the load does not depend on (the rows' tiles i): its reuse ...
             for k: ... LOAD(local[k]) ...    was LOAD(b[idx(k)])
 
-The buffer is a DEFINE_LOCAL (a CPU workgroup is one thread: the C renderer declares it on the stack, private to
-each OpenMP thread), read in the order it was written: contiguous, 64-byte aligned. An operand is packed when
+The buffer is a DEFINE_LOCAL, read in the order it was written: contiguous, 64-byte aligned. The pack loop sits
+where its own loads need it: inside the loops its addresses depend on. The C renderer declares the buffer on the
+stack and makes it private to each OpenMP thread when the pack runs inside the thread loop (a CPU workgroup is one
+thread); a pack that depends on no loop the threads split runs once before them, and they share it. An operand is
+packed when
 
 - it is a vector LOAD of a kernel input (a PARAM no STORE of the kernel writes), ungated, or a vector gathered
   lane by lane from one such input (a VECTORIZE of distinct ungated loads: `x @ W.T`'s weight). A gathered one
@@ -20,7 +23,7 @@ each OpenMP thread), read in the order it was written: contiguous, 64-byte align
   in registers, so the transpose happens once per pack instead of once per row tile;
 - among the loops open around it, the innermost one its address does not depend on (the reuse loop) runs at
   least twice, and the loops inside it that the address does depend on include a reduction's;
-- every THREAD loop is outside the reuse loop (the pack then runs in the thread that reads it);
+- every THREAD loop is outside the reuse loop (a reuse only across threads is none: each would pack for itself);
 - the kernel's packed buffers take at most PACK_BYTES together (the first loads in graph order are taken).
 
 The pack loop copies exactly the elements the load would have read, so no result changes.

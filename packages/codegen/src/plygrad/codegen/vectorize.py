@@ -53,7 +53,7 @@ from plygrad.ir import DType, Ops, PtrDType, Target, UOp, dtypes
 # each op; integer vector arithmetic in C has no wrapping guarantee): others stay scalar lanes
 VECTOR_DTYPES: Final = C_VECTOR_FORMS.alu
 # ops with a vector form, each lane computing exactly the scalar op
-VECTOR_OPS: Final = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX})
+VECTOR_OPS: Final = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.NEG, Ops.MAX, Ops.RECIPROCAL})
 # comparisons, their logic and selects: vectors of lane masks where the renderer has them (VectorForms.masks)
 MASK_OPS: Final = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.WHERE})
 

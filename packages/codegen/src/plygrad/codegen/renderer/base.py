@@ -29,7 +29,7 @@ class KernelSource:
 class VectorForms:
     """Which vector values a renderer can express; vectorize.py asks before it makes one (docs/codegen.md §2.1).
 
-    `alu`: dtypes whose ADD SUB MUL FDIV NEG MAX and REDUCE accumulators may be vector values (a CPU's SIMD
+    `alu`: dtypes whose ADD SUB MUL FDIV NEG MAX RECIPROCAL and REDUCE accumulators may be vector values (a CPU's SIMD
     registers). `memory`: dtypes that may be loaded and stored k elements at a time; a dtype here but not in `alu`
     has vectors only in memory: one vector load whose lanes are taken apart for scalar math, and scalar lanes packed
     into one vector store (a GPU's 16-byte accesses). `aligned`: a vector access must be aligned to its size in

@@ -14,6 +14,7 @@ with `__builtin_memcpy` (never assuming alignment), a lane is `v[j]`, a VECTORIZ
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Final
 
 from plygrad.codegen.errors import CodegenError
@@ -80,7 +81,7 @@ class CFunction:
         self.kernel = kernel
         self.names: dict[UOp, str] = {}
         self.declared_regs: set[int] = set()
-        self.locals: list[str] = []  # the DEFINE_LOCAL arrays declared so far
+        self.private = _written_in_threads(kernel.linear)  # THREAD range -> the local arrays it fills
         self.helpers: set[str] = set()
         self.vectors: set[DType] = set()
         self.vector_exp2: set[DType] = set()
@@ -199,9 +200,10 @@ class CFunction:
                                    "but C runs on a CPU without workgroups; don't apply LOCAL/GROUP for a target "
                                    "with has_local=False")
             if axis_type is AxisType.THREAD:
-                # every thread packs into a buffer of its own (pack.py: the pack runs inside the thread's loop)
-                private = f" private({', '.join(self.locals)})" if self.locals else ""
-                self.emit(f"#pragma omp parallel for{private}")
+                # a local array filled inside the loop is each thread's own (pack.py); one filled before the loop
+                # is read by every thread
+                filled = self.private.get(node)
+                self.emit(f"#pragma omp parallel for{f' private({filled})' if filled else ''}")
             var = self.ref(node)
             self.emit(f"for (long long {var} = 0; {var} < {self.ref(node.src[0])}; {var}++) {{")
             self.indent += 1
@@ -217,9 +219,7 @@ class CFunction:
         elif op is Ops.DEFINE_LOCAL:  # a CPU workgroup is one thread: its scratch is an array on the stack
             ptr = node.dtype
             assert isinstance(ptr, PtrDType)
-            name = f"local{node.arg}"
-            self.locals.append(name)
-            self.emit(f"{self.storage_type(ptr.base)} {name}[{ptr.size}] __attribute__((aligned(64)));")
+            self.emit(f"{self.storage_type(ptr.base)} local{node.arg}[{ptr.size}] __attribute__((aligned(64)));")
         elif op is Ops.LOAD and node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
             self.vector_load(node)
         elif (op is Ops.GEP and len(node.arg) == 1 and node.dtype is not dtypes.bool
@@ -396,3 +396,22 @@ class CFunction:
         stored = self.to_storage(x.dtype, self.ref(x))
         expr = f"((union {{ {source_type} a; {dest_type} b; }}){{ .a = {stored} }}).b"
         return self.from_storage(dtype, expr)
+
+
+def _written_in_threads(linear: Sequence[UOp]) -> dict[UOp, str]:
+    """For each THREAD range of the statement list, the local arrays (DEFINE_LOCAL) stored to inside its loop, as
+    an OpenMP clause list."""
+    open_threads: list[UOp] = []
+    written: dict[UOp, list[str]] = {}
+    for node in linear:
+        if node.op is Ops.RANGE and node.arg[1] is AxisType.THREAD:
+            open_threads.append(node)
+            written[node] = []
+        elif node.op is Ops.END and open_threads and node.src[0] is open_threads[-1]:
+            open_threads.pop()
+        elif node.op is Ops.STORE and node.src[0].src[0].op is Ops.DEFINE_LOCAL:
+            name = f"local{node.src[0].src[0].arg}"
+            for thread in open_threads:
+                if name not in written[thread]:
+                    written[thread].append(name)
+    return {r: ", ".join(names) for r, names in written.items() if names}

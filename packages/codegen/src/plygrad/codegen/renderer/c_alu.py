@@ -109,7 +109,7 @@ def _unary_math(r: CFunction, node: UOp, a: list[str]) -> str:
 
 
 def _reciprocal(r: CFunction, node: UOp, a: list[str]) -> str:
-    one = "1.0" if node.dtype is dtypes.float64 else "1.0f"
+    one = "1.0" if node.dtype.scalar() is dtypes.float64 else "1.0f"  # a vector divides lane by lane
     return r.rounded(node.dtype, r.float_arith(Ops.FDIV, node.dtype, one, a[0]))
 
 
