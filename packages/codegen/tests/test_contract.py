@@ -130,9 +130,9 @@ def test_float16_storage_block_only_when_float16_is_used() -> None:
 
 
 def test_pass_order_is_one_list() -> None:
-    assert [name for name, _ in PASSES] == ["verify", "simplify", "unshare_ranges", "gather", "optimize",
-                                            "gpu_dims", "expand_upcast", "group_reduce", "lower_reduce", "fuse_wmma",
-                                            "pack_panels", "transpose_gathers",
+    assert [name for name, _ in PASSES] == ["verify", "merge_axes", "split_ranges", "simplify", "unshare_ranges",
+                                            "gather", "optimize", "gpu_dims", "expand_upcast", "group_reduce",
+                                            "lower_reduce", "fuse_wmma", "pack_panels", "transpose_gathers",
                                             "simplify_lowered", "linearize", "render"]
 
 

@@ -18,7 +18,7 @@ from cg_run import run_program
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plygrad.codegen import apply_opts, lower_uop
+from plygrad.codegen import apply_opts, lower_uop, optimizable
 from plygrad.ir import AxisType, DType, KernelInfo, Ops, Opt, OptOps, Target, UOp, dtypes
 
 CPU4 = Target("CPU", "c", threads=4)  # vector widths (2, 4, 8) for float32: an UPCAST may become vector lanes
@@ -165,7 +165,7 @@ def test_random_opts_on_random_kernels_change_nothing(case: Case, data: st.DataO
         np.testing.assert_allclose(plain, expected, rtol=1e-5, atol=1e-5)
     else:
         np.testing.assert_array_equal(plain, expected)
-    opts = random_opts(data, apply_opts(case.kernel(), [], CPU4), CPU4)
+    opts = random_opts(data, optimizable(case.kernel(), CPU4), CPU4)
     optimized = run(case, opts, inputs)
     if case.dtype is dtypes.float32:
         # UNROLL of a reduce axis that is not the innermost one adds the terms in another order: the difference is

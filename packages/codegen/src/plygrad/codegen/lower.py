@@ -3,7 +3,11 @@
 `PASSES` below is the whole pipeline; each entry is a named step over a `Lowering` state:
 
 1. `verify`: the input is a KERNEL-stage graph (checked when it is decoded from bytes or, in process, here);
-2. `simplify`: plygrad.ir's symbolic rules on the index math, and gates they decide (gates.py);
+2. `merge_axes`: on a CPU, two row axes of a matmul-shaped kernel that every address reads as one become one
+   (merge.py: a linear layer over a batch of sequences has 8 x 21 rows, which tile as 168);
+   `split_ranges`: on a CPU, a reduce range read as `r // c` and `r % c` becomes two (split.py: attention's heads);
+   `Opt` axis ids name the axes of the kernel these two passes made;
+   `simplify`: plygrad.ir's symbolic rules on the index math, and gates they decide (gates.py);
    `unshare_ranges`: a REDUCE over a RANGE that another REDUCE also uses gets its own copy (expand.py);
    `gather`: a one-hot selection REDUCE (`idx == r ? x(r) : 0` over r) becomes a gated load at idx (gather.py);
 3. `optimize`: the explicit optimization stage (opts.py): the given `Opt`s, or the heuristic's (heuristic.py);
@@ -35,10 +39,12 @@ from plygrad.codegen.gather import gathers_to_loads
 from plygrad.codegen.gpu import LaunchContext, gpu_dims, group_reduce, shared_output_ranges
 from plygrad.codegen.heuristic import choose_opts
 from plygrad.codegen.linearize import linearize
+from plygrad.codegen.merge import merge_axes
 from plygrad.codegen.opts import apply_opts
 from plygrad.codegen.pack import pack_panels
 from plygrad.codegen.renderer import KernelSource, get_renderer
 from plygrad.codegen.scope import range_size
+from plygrad.codegen.split import split_ranges
 from plygrad.codegen.tensor_core import fuse_accumulators
 from plygrad.codegen.transpose import transpose_gathers
 from plygrad.ir import (
@@ -92,6 +98,14 @@ def _verify(state: Lowering) -> Lowering:
                                "(Target.supported_dtypes); cast it in the frontend or pick another device")
     # named by the kernel's shape before optimization
     return replace(state, name=program_name(state.kernel), params=_params(state.kernel))
+
+
+def _merge_axes(state: Lowering) -> Lowering:
+    return replace(state, kernel=merge_axes(state.kernel, state.target))
+
+
+def _split_ranges(state: Lowering) -> Lowering:
+    return replace(state, kernel=split_ranges(state.kernel, state.target))
 
 
 def _simplify(state: Lowering) -> Lowering:
@@ -162,6 +176,8 @@ def _render(state: Lowering) -> Lowering:
 
 PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("verify", _verify),
+    ("merge_axes", _merge_axes),
+    ("split_ranges", _split_ranges),
     ("simplify", _simplify),
     ("unshare_ranges", _unshare_ranges),
     ("gather", _gather),
@@ -177,6 +193,18 @@ PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("linearize", _linearize),
     ("render", _render),
 ]
+
+
+def optimizable(kernel: UOp, target: Target) -> UOp:
+    """The kernel as the `optimize` pass sees it on `target`: after `merge_axes`, `split_ranges` and the
+    simplifications before it. The axis ids of an `Opt` name this kernel's ranges, not those of the kernel given
+    (the two differ where rows were merged or a reduction split)."""
+    state = Lowering(kernel, target, ())
+    for name, run in PASSES:
+        if name == "optimize":
+            return state.kernel
+        state = run(state)
+    raise AssertionError("PASSES has an optimize pass")
 
 
 def lower_uop(kernel: UOp, target: Target, opts: Sequence[Opt] | None = None) -> UOp:

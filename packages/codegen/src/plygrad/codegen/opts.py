@@ -180,7 +180,9 @@ def apply_opts(kernel: UOp, opts: Sequence[Opt], target: Target | None = None) -
     """`kernel` with each optimization applied in order (see the module docstring). Raises OptError.
 
     `target` enables the checks that depend on it (LOCAL/GROUP need `has_local`, THREAD needs `threads > 1`).
-    Axis ids are those of the kernel after `unshare_reduce_ranges` (what lowering optimizes), applied first here.
+    Axis ids are those of the kernel after `unshare_reduce_ranges`, applied first here. On a CPU, lowering merges
+    row axes and splits divided reductions before (merge.py, split.py): `optimizable` in lower.py gives the kernel
+    whose axes the `Opt`s of `lower_uop` name.
     """
     if kernel.op is not Ops.SINK:
         raise OptError(f"apply_opts needs a kernel SINK, got {kernel.op.name}")

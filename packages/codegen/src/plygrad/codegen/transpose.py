@@ -9,7 +9,7 @@ VECTORIZEs into a shuffle network (renderer/c_transpose.py); any other renderer 
 is the one the scalar loads gave, from the same elements, so no result changes.
 
 Addresses are compared exactly: an index expression built from ADD, MUL, constants and variables (RANGE,
-DEFINE_VAR) is expanded into a polynomial (`_expand`), and lane l of a copy must lie l*S past lane 0, copy kk kk
+DEFINE_VAR) is expanded into a polynomial (`polynomial`), and lane l of a copy must lie l*S past lane 0, copy kk kk
 past copy 0, with everything else equal. Anything else (a gate, a division, a non-constant difference) is left as
 it was.
 """
@@ -26,7 +26,7 @@ Poly = dict[tuple[int, ...], int]  # sorted ids of the variables of a monomial -
 _ATOMS: Final = frozenset({Ops.RANGE, Ops.DEFINE_VAR, Ops.SPECIAL})
 
 
-def _expand(expr: UOp, ids: dict[UOp, int], memo: dict[UOp, Poly | None]) -> Poly | None:
+def polynomial(expr: UOp, ids: dict[UOp, int], memo: dict[UOp, Poly | None]) -> Poly | None:
     """`expr` as a polynomial in its variables, or None if it is not one (division, a select, a load...)."""
     if expr in memo:
         return memo[expr]
@@ -36,7 +36,7 @@ def _expand(expr: UOp, ids: dict[UOp, int], memo: dict[UOp, Poly | None]) -> Pol
     elif expr.op in _ATOMS:
         result = {(ids.setdefault(expr, len(ids)),): 1}
     elif expr.op in (Ops.ADD, Ops.MUL) and expr.dtype is dtypes.index and len(expr.src) == 2:
-        left, right = (_expand(s, ids, memo) for s in expr.src)
+        left, right = (polynomial(s, ids, memo) for s in expr.src)
         if left is not None and right is not None:
             result = _add(left, right) if expr.op is Ops.ADD else _mul(left, right)
     memo[expr] = result
@@ -88,7 +88,7 @@ def _blocks(candidates: Sequence[UOp]) -> list[list[UOp]]:
         loads = _lane_loads(v)
         if loads is None:
             continue
-        polys = [_expand(s.src[0].src[1], ids, memo) for s in loads]
+        polys = [polynomial(s.src[0].src[1], ids, memo) for s in loads]
         first = polys[0]
         if first is None or any(p is None for p in polys):
             continue

@@ -1,0 +1,104 @@
+"""Merged output axes: two output loops that every address reads as one become one loop (CPU targets).
+
+The frontend writes a linear layer on a batch of sequences, `(8, 21, 384) @ W.T`, as a product over axes
+(b, i, j, k); the weight depends on neither b nor i, and `x` and the output address them as `(b*21 + i)*384`.
+Tiles, packs and threads see two short row axes (8 and 21), while the product is one of 168 rows: 21 rows are too
+few to pack the weight (tiles.py) and take odd tile heights. This pass (before `simplify`, on targets without
+workgroups) replaces such a pair of LOOP ranges a (outer, size na) and b (inner, size nb) by one range m of size
+na*nb wherever
+
+- the kernel is a reduction with an operand that depends on neither (the weight: a and b are rows of a
+  matmul-shaped kernel; other kernels keep their axes, and with them the axis ids their `Opt`s name);
+- both have constant sizes, and b is the next output axis after a;
+- every use of a or b is index math that ends in an INDEX's address (not a gate, not a value: `arange` compares
+  its index, so such a kernel keeps its axes) or the range lists of END;
+- every such address is a polynomial (transpose.py's `polynomial`) in which a and b appear only as `ca*a + cb*b`
+  with ca == nb*cb: the address is then `rest + cb*(nb*a + b)`, and m takes the place of `nb*a + b`.
+
+Pairs merge until none is left (a (2, 8, 21) batch of rows becomes one axis of 336). The merged kernel performs
+the same loads and stores at the same addresses in the same order, so no result changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from plygrad.codegen.transpose import Poly, polynomial
+from plygrad.ir import AxisType, GroupOp, Ops, Target, UOp, dtypes
+
+
+def _users(kernel: UOp) -> dict[UOp, list[tuple[UOp, int]]]:
+    users: dict[UOp, list[tuple[UOp, int]]] = {}
+    for node in kernel.toposort:
+        for position, s in enumerate(node.src):
+            users.setdefault(s, []).append((node, position))
+    return users
+
+
+def _linear_pair(poly: Poly, a: int, b: int, inner: int) -> bool:
+    """Whether a and b appear in `poly` only as ca*a + cb*b with ca == inner*cb."""
+    if any((a in key or b in key) and key not in ((a,), (b,)) for key in poly):
+        return False
+    return poly.get((a,), 0) == inner * poly.get((b,), 0)
+
+
+def _mergeable(kernel: UOp, users: dict[UOp, list[tuple[UOp, int]]], a: UOp, b: UOp) -> bool:
+    loads = [n for n in kernel.toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
+    if not any(a not in n.src[0].toposort and b not in n.src[0].toposort for n in loads):
+        return False
+    ids: dict[UOp, int] = {a: 0, b: 1}
+    memo: dict[UOp, Poly | None] = {}
+    inner = int(b.src[0].arg)
+    stack, seen = [a, b], {a, b}
+    while stack:
+        node = stack.pop()
+        for user, position in users.get(node, ()):
+            if user.op is Ops.END and position >= 1 and node in (a, b):
+                continue
+            if user.op is Ops.INDEX and position == 1:
+                poly = polynomial(user.src[1], ids, memo)
+                if poly is None or not _linear_pair(poly, 0, 1, inner):
+                    return False
+                continue
+            if user.dtype is not dtypes.index or user.op not in GroupOp.ALU:
+                return False  # a gate, a value computed from the index (arange), a REDUCE over it...
+            if user not in seen:
+                seen.add(user)
+                stack.append(user)
+    return True
+
+
+def _merge(kernel: UOp, a: UOp, b: UOp) -> UOp:
+    m = UOp.range(int(a.src[0].arg) * int(b.src[0].arg), int(a.arg[0]), AxisType.LOOP)
+    zero = UOp.const(dtypes.index, 0)
+    new: dict[UOp, UOp] = {a: zero, b: m}
+    for node in kernel.toposort:
+        if node in new:
+            continue
+        if node.op is Ops.END:
+            ranges: list[UOp] = []
+            for r in node.src[1:]:
+                if r is not a and new.get(r, r) not in ranges:
+                    ranges.append(new.get(r, r))
+            src = (new.get(node.src[0], node.src[0]), *ranges)
+        else:
+            src = tuple(new.get(s, s) for s in node.src)
+        if src != node.src:
+            new[node] = node.replace(src=src)
+    return new.get(kernel, kernel)
+
+
+def merge_axes(kernel: UOp, target: Target) -> UOp:
+    """`kernel` with every mergeable pair of output loops merged into one (module docstring)."""
+    if target.has_local or not any(n.op is Ops.REDUCE for n in kernel.toposort):
+        return kernel
+    while True:
+        loops = sorted((n for n in kernel.toposort if n.op is Ops.RANGE and n.arg[1] is AxisType.LOOP),
+                       key=lambda r: int(r.arg[0]))
+        users = _users(kernel)
+        pair = next(((a, b) for a, b in itertools.pairwise(loops)
+                     if a.src[0].op is Ops.CONST and b.src[0].op is Ops.CONST and _mergeable(kernel, users, a, b)),
+                    None)
+        if pair is None:
+            return kernel
+        kernel = _merge(kernel, *pair)
