@@ -191,13 +191,15 @@ def conv1d(cout: int, cin: int, width: int, ks: int = 3) -> UOp:
     return sink(UOp(Ops.END, dtypes.void, (store(out, o * width + p, total), o, p)), name="conv1d")
 
 
-def heads_projection(batch: int, tokens: int, heads: int, head_dim: int, n: int) -> UOp:
+def heads_projection(batch: int, tokens: int, heads: int, head_dim: int, n: int, w_out_in: bool = True) -> UOp:
     """Attention's output projection over heads laid out (batch, heads, tokens, head_dim):
-    out[b, i, j] = sum_r x[b, r // head_dim, i, r % head_dim] * w[j, r], the weight shared by every row."""
+    out[b, i, j] = sum_r x[b, r // head_dim, i, r % head_dim] * w[j, r] (w[r, j] unless `w_out_in`), the weight
+    shared by every row."""
     k = heads * head_dim
     out, x, w = param(0, F32, batch * tokens * n), param(1, F32, batch * tokens * k), param(2, F32, n * k)
     b, i, j, r = loop(batch, 0), loop(tokens, 1), loop(n, 2), red(k, 3)
     dim = UOp.const(IDX, head_dim)
     x_index = b * (tokens * k) + r.alu(Ops.IDIV, dim) * (tokens * head_dim) + i * head_dim + r.alu(Ops.MOD, dim)
-    total = UOp(Ops.REDUCE, F32, (load(x, x_index) * load(w, j * k + r), r), Ops.ADD)
+    weight = load(w, j * k + r if w_out_in else r * n + j)
+    total = UOp(Ops.REDUCE, F32, (load(x, x_index) * weight, r), Ops.ADD)
     return sink(UOp(Ops.END, dtypes.void, (store(out, b * (tokens * n) + i * n + j, total), b, i, j)), name="heads")

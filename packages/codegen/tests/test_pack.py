@@ -124,11 +124,22 @@ def test_a_gathered_operand_whose_rows_are_threaded_keeps_the_register_transpose
 
 
 def test_a_pack_that_no_thread_loop_encloses_is_shared_by_the_threads() -> None:
-    # the weight of attention's output projection depends on no output loop the threads split: its pack runs once,
-    # before the parallel loop, into one buffer every thread reads (a private copy would be uninitialized)
-    kernel = heads_projection(8, 21, 12, 32, 64)
+    # a (K, N) weight of attention's output projection with one panel: the threads split the batch, which the weight
+    # does not depend on, so its pack runs once, before the parallel loop, into one buffer every thread reads (a
+    # private copy would be uninitialized)
+    kernel = heads_projection(2, 9, 4, 16, 64, w_out_in=False)
     inputs = inputs_for(kernel, 4)
     out, source = run(kernel, XEON, None, inputs)
     before, parallel = source.split("#pragma omp parallel for", 1)
     assert "memcpy(&local0[" in before and "private" not in parallel.splitlines()[0]
+    np.testing.assert_array_equal(out, run(kernel, XEON, [], inputs)[0])
+
+
+def test_the_unrolled_copies_of_a_register_transpose_are_not_packed() -> None:
+    # 21 rows (< 32) share the gathered weight: the reduce loop is unrolled by 16 and transpose.py reads 16 x 16
+    # blocks as rows; packing each copy lane by lane would undo that
+    kernel = heads_projection(1, 21, 12, 32, 64)
+    inputs = inputs_for(kernel, 5)
+    out, source = run(kernel, XEON, None, inputs)
+    assert "plygrad_transpose_float16" in source and not LOCALS.search(source)
     np.testing.assert_array_equal(out, run(kernel, XEON, [], inputs)[0])

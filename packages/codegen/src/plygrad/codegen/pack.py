@@ -17,10 +17,10 @@ thread); a pack that depends on no loop the threads split runs once before them,
 packed when
 
 - it is a vector LOAD of a kernel input (a PARAM no STORE of the kernel writes), ungated, or a vector gathered
-  lane by lane from one such input (a VECTORIZE of distinct ungated loads: `x @ W.T`'s weight). A gathered one
-  whose lanes run contiguously along the innermost reduce range is read W steps at a time by the pack loop: W
-  copies that read a W x W block with contiguous rows, which transpose.py loads as W row vectors and transposes
-  in registers, so the transpose happens once per pack instead of once per row tile;
+  lane by lane from one such input (a VECTORIZE of distinct ungated loads: `x @ W.T`'s weight) whose lanes each
+  run contiguously along the innermost reduce range. The pack loop reads such a one W steps at a time: W copies
+  that read a W x W block with contiguous rows, which transpose.py loads as W row vectors and transposes in
+  registers, so the transpose happens once per pack instead of once per row tile;
 - among the loops open around it, the innermost one its address does not depend on (the reuse loop) runs at
   least twice, and the loops inside it that the address does depend on include a reduction's;
 - every THREAD loop is outside the reuse loop (a reuse only across threads is none: each would pack for itself);
@@ -119,10 +119,13 @@ class _Packer:
         if size > self.budget:
             return None
         last = inner[-1]
-        # a gathered vector whose lanes each run contiguously along the innermost range: the pack loop takes `lanes`
-        # steps of it at a time, a lanes x lanes block with contiguous rows that transpose.py loads as row vectors
-        step = lanes if (node.op is Ops.VECTORIZE and int(last.src[0].arg) % lanes == 0
-                         and all(lane_stride(i, last) == 1 for i in _indices(node))) else 1
+        # a gathered vector is packed only where its lanes each run contiguously along the innermost range: the pack
+        # loop then takes `lanes` steps of it at a time, a lanes x lanes block with contiguous rows that transpose.py
+        # loads as row vectors. Gathered lane by lane, a pack would cost what it saves (and the W unrolled copies of
+        # a register transpose, tiles.py, are better left to transpose.py)
+        step = lanes if node.op is Ops.VECTORIZE else 1
+        if step > 1 and (int(last.src[0].arg) % step or any(lane_stride(i, last) != 1 for i in _indices(node))):
+            return None
         self.budget -= size
         local = self.local(node.dtype.scalar(), elements)
         copies = self.copies(inner, step)

@@ -17,9 +17,9 @@ Its speed is set by how many vector operations each load feeds and whether the l
    as fit to share each gather. Where it is contiguous along the innermost reduce loop (nn.Linear's (out, in)
    weight, attention's keys) that loop is UNROLLed by W, and the W copies of a step read a W x W block, loaded as
    W rows and transposed in registers (transpose.py) instead of W*W scalar loads; the transposed vectors need W
-   registers, so the tile keeps TRANSPOSED_ROWS (8) rows. On a CPU with at least PACKED_GATHER_ROWS rows such an
-   operand is packed instead (pack.py: the pack loop transposes each block once per panel) and tiled like a
-   contiguous one.
+   registers, so the tile keeps TRANSPOSED_ROWS (8) rows. On a CPU with at least PACKED_GATHER_ROWS rows sharing
+   it (the row axis times the batch axes it does not depend on) such an operand is packed instead (pack.py: the
+   pack loop transposes each block once per panel) and tiled like a contiguous one.
 3. **Reduce loop innermost**, not unrolled when the tile is that large (the body is already 2*R*V ops, and
    unrolling multiplies the compile time for nothing); a window axis of <= FULL_UNROLL_MAX (a 3x3 kernel's) is.
 4. **Cache block** of the reduction (BLOCK, block.py): a tile streams K rows of the `b` panel (its V*W columns);
@@ -179,7 +179,11 @@ def register_tile(kernel: UOp, target: Target, width: int, *, scalar_ops: int, c
             opts += _threads(target, outputs, vector, row, tiles, gathered=gathered, blocked_rows=blocked_rows)
         return opts
 
-    if transposed and not target.has_local and sized[row] >= PACKED_GATHER_ROWS:
+    # the rows that share a pack: the row axis and every batch axis the gathered operand does not depend on (the
+    # weight of attention's output projection serves all 8 x 21 rows of its batch)
+    shared_rows = math.prod(sized[a] for a in outputs
+                            if a != vector and not any(_depends(n, ranges[a]) for n in strided))
+    if transposed and not target.has_local and shared_rows >= PACKED_GATHER_ROWS:
         # on a CPU such an operand is packed instead (pack.py): once per panel and reduce block, transposed in the
         # pack loop, then every row tile reads it as contiguous vectors, as if it were stored (K, N). Unless the
         # threads split the row tiles themselves: no loop inside a thread would then reuse a pack
