@@ -13,7 +13,9 @@ Rules of thumb, cheapest first, each justified by what the C compiler does with 
   the next output axis by 4 too, so a 4 x width tile of vector accumulators reuses every vector load 4 times and
   every broadcast scalar `width` times, with 4 independent accumulation chains.
 - Otherwise UPCAST the innermost output axis by 4 when 4 divides it and it has at least 8 iterations: four stores
-  per iteration, and in a reduction four accumulators that reuse each loaded value.
+  per iteration, and in a reduction four accumulators that reuse each loaded value. In a reduction, by 7, 5 or 3
+  when 4 does not divide it: each accumulator is a chain of dependent adds, and several chains hide their latency
+  (attention's 21 x 21 scores of MiniLM: 7 chains).
 - Neither UPCAST when the kernel body is large and mostly scalar: an UPCAST copies each op without a vector form
   (comparisons, selects, casts, integer math) once per lane, so past SCALAR_COPIES_MAX copies the source, and the
   C compiler's time on it, grow by the amount for a loop overhead such a body no longer notices.
@@ -58,6 +60,7 @@ from plygrad.ir import AxisType, GroupOp, Ops, Opt, OptOps, PtrDType, Target, UO
 
 FULL_UNROLL_MAX: Final = 8
 UPCAST_AMOUNT: Final = 4
+ODD_UPCASTS: Final = (7, 5, 3)  # for a reduction's innermost output axis that 4 does not divide (_upcast_amount)
 BLOCK_ROWS: Final = 4  # rows of a register tile: 4 vector accumulators fit the 16 registers of AVX2 or NEON
 THREAD_MIN_WORK: Final = 1 << 15  # loop iterations below which starting an OpenMP team costs more than it saves
 GROUP_MIN_REDUCE: Final = 256  # reductions shorter than this are cheap enough serially in one thread
@@ -118,13 +121,24 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
         if reduces and len(outputs) >= 2 and sized[outputs[-2]] % BLOCK_ROWS == 0 and sized[outputs[-2]] > 0:
             opts.append(Opt(OptOps.UPCAST, outputs[-2], BLOCK_ROWS))
             sized[outputs[-2]] //= BLOCK_ROWS
-    elif (outputs and UPCAST_AMOUNT * scalar <= SCALAR_COPIES_MAX and sized[outputs[-1]] % UPCAST_AMOUNT == 0
-          and sized[outputs[-1]] >= 2 * UPCAST_AMOUNT):
-        opts.append(Opt(OptOps.UPCAST, outputs[-1], UPCAST_AMOUNT))
-        sized[outputs[-1]] //= UPCAST_AMOUNT
+    elif outputs and (amount := _upcast_amount(sized[outputs[-1]], bool(reduces))) \
+            and amount * scalar <= SCALAR_COPIES_MAX:
+        opts.append(Opt(OptOps.UPCAST, outputs[-1], amount))
+        sized[outputs[-1]] //= amount
     if outputs and target.threads > 1 and sized[outputs[0]] >= 2 and work >= THREAD_MIN_WORK:
         opts.append(Opt(OptOps.THREAD, outputs[0], target.threads))
     return opts
+
+
+def _upcast_amount(size: int, reduction: bool) -> int:
+    """UPCAST_AMOUNT where it divides an axis of at least twice as many iterations. In a reduction, whose every
+    accumulator is one chain of dependent adds (in order, for the bits), another small divisor too: 21 keys of
+    attention give 7 chains to interleave, where one chain waits out the add latency at every step."""
+    amounts: tuple[int, ...] = (UPCAST_AMOUNT, *ODD_UPCASTS) if reduction else (UPCAST_AMOUNT,)
+    for amount in amounts:
+        if size % amount == 0 and size >= 2 * amount:
+            return amount
+    return 0
 
 
 def reduce_lanes(kernel: UOp, axis: UOp, target: Target) -> int:
