@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 
+from plygrad.codegen.scope import substitute_ranges
 from plygrad.codegen.transpose import Poly, polynomial
 from plygrad.ir import AxisType, GroupOp, Ops, Target, UOp, dtypes
 
@@ -70,22 +71,8 @@ def _mergeable(kernel: UOp, users: dict[UOp, list[tuple[UOp, int]]], a: UOp, b: 
 
 def _merge(kernel: UOp, a: UOp, b: UOp) -> UOp:
     m = UOp.range(int(a.src[0].arg) * int(b.src[0].arg), int(a.arg[0]), AxisType.LOOP)
-    zero = UOp.const(dtypes.index, 0)
-    new: dict[UOp, UOp] = {a: zero, b: m}
-    for node in kernel.toposort:
-        if node in new:
-            continue
-        if node.op is Ops.END:
-            ranges: list[UOp] = []
-            for r in node.src[1:]:
-                if r is not a and new.get(r, r) not in ranges:
-                    ranges.append(new.get(r, r))
-            src = (new.get(node.src[0], node.src[0]), *ranges)
-        else:
-            src = tuple(new.get(s, s) for s in node.src)
-        if src != node.src:
-            new[node] = node.replace(src=src)
-    return new.get(kernel, kernel)
+    # every address is rest + cb*(size(b)*a + b): a reads as 0 and b as m, and m closes where both did
+    return substitute_ranges(kernel, {a: UOp.const(dtypes.index, 0), b: m}, {a: (), b: (m,)})
 
 
 def merge_axes(kernel: UOp, target: Target) -> UOp:

@@ -34,3 +34,25 @@ def range_size(r: UOp) -> int:
     if end.op is Ops.CONST:
         return int(end.arg)
     return max(0, int(end.vmax))
+
+
+def substitute_ranges(kernel: UOp, values: dict[UOp, UOp], lists: dict[UOp, tuple[UOp, ...]]) -> UOp:
+    """`kernel` with each RANGE key of `values` replaced by its value where it is used as a value, and by the ranges
+    of `lists` where a REDUCE or an END lists it (each range once per list): how merge.py and split.py change the
+    loops of a kernel."""
+    new: dict[UOp, UOp] = dict(values)
+    for node in kernel.toposort:
+        if node in new:
+            continue
+        if node.op in _CLOSERS and any(s in lists for s in node.src[1:]):
+            ranges: list[UOp] = []
+            for s in node.src[1:]:
+                for r in lists.get(s, (new.get(s, s),)):
+                    if r not in ranges:
+                        ranges.append(r)
+            src = (new.get(node.src[0], node.src[0]), *ranges)
+        else:
+            src = tuple(new.get(s, s) for s in node.src)
+        if src != node.src:
+            new[node] = node.replace(src=src)
+    return new.get(kernel, kernel)

@@ -11,6 +11,7 @@ so no result changes; the matmul tiles (tiles.py) then see a product over (r_hi,
 
 from __future__ import annotations
 
+from plygrad.codegen.scope import substitute_ranges
 from plygrad.ir import AxisType, Ops, Target, UOp, dtypes
 
 
@@ -42,23 +43,9 @@ def _divisors(kernel: UOp, r: UOp) -> set[int] | None:
 
 
 def _split(kernel: UOp, r: UOp, c: int, axis: int) -> UOp:
-    size = int(r.src[0].arg)
-    hi = UOp.range(size // c, int(r.arg[0]), AxisType.REDUCE)
+    hi = UOp.range(int(r.src[0].arg) // c, int(r.arg[0]), AxisType.REDUCE)
     lo = UOp.range(c, axis, AxisType.REDUCE)
-    new: dict[UOp, UOp] = {r: hi * c + lo}
-    for node in kernel.toposort:
-        if node in new:
-            continue
-        if node.op in (Ops.REDUCE, Ops.END) and r in node.src[1:]:
-            ranges: list[UOp] = []
-            for s in node.src[1:]:
-                ranges.extend((hi, lo) if s is r else (new.get(s, s),))
-            src = (new.get(node.src[0], node.src[0]), *ranges)
-        else:
-            src = tuple(new.get(s, s) for s in node.src)
-        if src != node.src:
-            new[node] = node.replace(src=src)
-    return new.get(kernel, kernel)
+    return substitute_ranges(kernel, {r: hi * c + lo}, {r: (hi, lo)})
 
 
 def split_ranges(kernel: UOp, target: Target) -> UOp:
