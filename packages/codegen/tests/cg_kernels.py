@@ -191,6 +191,22 @@ def conv1d(cout: int, cin: int, width: int, ks: int = 3) -> UOp:
     return sink(UOp(Ops.END, dtypes.void, (store(out, o * width + p, total), o, p)), name="conv1d")
 
 
+def conv2d(batch: int, cout: int, cin: int, size: int, ks: int = 3) -> UOp:
+    """out[n, o, y, x] = sum_c,i,j w[o, c, i, j] * in[n, c, y + i - 1, x + j - 1], zero outside (padding 1)."""
+    out, x, w = param(0, F32, batch * cout * size * size), param(1, F32, batch * cin * size * size), \
+        param(2, F32, cout * cin * ks * ks)
+    n, o, py, px, c, i, j = (loop(batch, 0), loop(cout, 1), loop(size, 2), loop(size, 3), red(cin, 4), red(ks, 5),
+                             red(ks, 6))
+    yy, xx = py + i - 1, px + j - 1
+    low = UOp.const(dtypes.index, -1)
+    inside = (low < yy).alu(Ops.AND, yy < size).alu(Ops.AND, low < xx).alu(Ops.AND, xx < size)
+    pixel = load(x, n * (cin * size * size) + c * (size * size) + yy * size + xx, inside)
+    total = UOp(Ops.REDUCE, F32, (load(w, o * (cin * ks * ks) + c * (ks * ks) + i * ks + j) * pixel, c, i, j),
+                Ops.ADD)
+    index = n * (cout * size * size) + o * (size * size) + py * size + px
+    return sink(UOp(Ops.END, dtypes.void, (store(out, index, total), n, o, py, px)), name="conv2d")
+
+
 def heads_projection(batch: int, tokens: int, heads: int, head_dim: int, n: int, w_out_in: bool = True) -> UOp:
     """Attention's output projection over heads laid out (batch, heads, tokens, head_dim):
     out[b, i, j] = sum_r x[b, r // head_dim, i, r % head_dim] * w[j, r] (w[r, j] unless `w_out_in`), the weight

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from cg_kernels import batched, heads_projection, matmul
+from cg_kernels import batched, conv1d, conv2d, heads_projection, matmul
 from cg_run import native_flags, run_program
 
 from plygrad.codegen import choose_opts, lower_uop
@@ -142,4 +142,28 @@ def test_the_unrolled_copies_of_a_register_transpose_are_not_packed() -> None:
     inputs = inputs_for(kernel, 5)
     out, source = run(kernel, XEON, None, inputs)
     assert "plygrad_transpose_float16" in source and not LOCALS.search(source)
+    np.testing.assert_array_equal(out, run(kernel, XEON, [], inputs)[0])
+
+
+@pytest.mark.parametrize("target", [XEON, ONE_CORE], ids=["two-threads", "one-thread"])
+def test_a_convolution_weight_gathered_along_output_channels_is_packed_lane_by_lane(target: Target) -> None:
+    # rows of 28 pixels take the lanes along the output channels (tiles.py): the weight is gathered (its channels
+    # 72 floats apart, its 3 x 3 window too short to transpose) and reread by every row tile of every image, so it is
+    # packed lane by lane, once per output-channel panel, in each thread's own buffer
+    kernel = conv2d(2, 32, 8, 28)
+    assert choose_opts(kernel, target)[0] == Opt(OptOps.UPCAST, 1, 16)
+    inputs = inputs_for(kernel, 6)
+    out, source = run(kernel, target, None, inputs)
+    assert LOCALS.search(source)
+    pack = next(body for body in source.split("for (") if "local0[" in body and "data2[" in body)
+    assert "plygrad_transpose" not in pack
+    np.testing.assert_array_equal(out, run(kernel, target, [], inputs)[0])
+
+
+def test_a_gather_reread_fewer_times_than_its_lanes_is_not_packed() -> None:
+    # one row of 56 pixels is 4 row tiles of 14: 4 rereads of a 16-lane gather do not pay for packing it
+    kernel = conv1d(16, 8, 56)
+    inputs = inputs_for(kernel, 7)
+    out, source = run(kernel, XEON, None, inputs)
+    assert not LOCALS.search(source)
     np.testing.assert_array_equal(out, run(kernel, XEON, [], inputs)[0])

@@ -148,7 +148,7 @@ def test_big_blocked_matmul_is_exact() -> None:
     assert_heuristic_is_exact(kernel, SMALL)
 
 
-@pytest.mark.parametrize(("cout", "cin", "width"), [(16, 8, 56), (8, 4, 32), (12, 3, 24)])
+@pytest.mark.parametrize(("cout", "cin", "width"), [(8, 8, 56), (8, 4, 32), (12, 3, 24)])
 def test_padded_window_loads_a_vector_with_a_gate_per_lane(cout: int, cin: int, width: int) -> None:
     kernel = conv1d(cout, cin, width)
     source = assert_heuristic_is_exact(kernel)
@@ -160,3 +160,26 @@ def test_padded_window_loads_a_vector_with_a_gate_per_lane(cout: int, cin: int, 
     windows = np.lib.stride_tricks.sliding_window_view(padded, 3, axis=1)  # (cin, width, 3)
     expected = np.einsum("cps,ocs->op", windows, w.reshape(cout, cin, 3))
     np.testing.assert_allclose(got, expected.ravel(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("cout", "cin", "width"), [(16, 8, 56), (32, 4, 14), (64, 3, 24), (16, 5, 10)])
+def test_narrow_rows_take_output_channels_as_lanes(cout: int, cin: int, width: int) -> None:
+    # rows whose widest vector is narrower than the target's (56 = 7 x 8 floats) take the lanes along the output
+    # channels instead: the weight is read along them (strided: gathered, packed where reread, test_pack.py), the
+    # input is a broadcast per row of the tile, and each accumulator's 16 lanes are stored one by one at the end
+    kernel = conv1d(cout, cin, width)
+    opts = choose_opts(kernel, XEON)
+    assert opts[0] == Opt(U, 0, 16), opts
+    source = assert_heuristic_is_exact(kernel)
+    assert "[15];" in source  # lane 15 of a vector, stored alone
+    got, _ = outputs(kernel, XEON, None)
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(cin * width).astype(np.float32), rng.standard_normal(cout * cin * 3).astype(np.float32)
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x.reshape(cin, width), ((0, 0), (1, 1))), 3, axis=1)
+    np.testing.assert_allclose(got, np.einsum("cps,ocs->op", windows, w.reshape(cout, cin, 3)).ravel(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_rows_as_wide_as_a_vector_keep_their_lanes() -> None:
+    assert choose_opts(conv1d(16, 8, 64), XEON)[0] == Opt(U, 1, 16)  # 64 = 4 x 16 floats: lanes along the row
+    assert choose_opts(conv1d(12, 8, 56), XEON)[0] == Opt(U, 1, 8)  # 16 does not divide 12 output channels

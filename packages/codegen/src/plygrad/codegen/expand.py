@@ -7,7 +7,9 @@ Three rule tables, run in this order by lower.py:
   combination of their values (the range replaced by a constant), so an UPCAST axis is unrolled scalar code;
   reductions inside are copied too, which gives each copy its own accumulator in the shared reduce loop. One
   UPCAST axis the store indexes contiguously, of a width the target has vectors of, becomes vector lanes
-  instead (vectorize.py): vector loads, ops, accumulators and one vector store per copy.
+  instead (vectorize.py): vector loads, ops, accumulators and one vector store per copy; where none is, an
+  UPCAST of a vector ALU width that a reduction's value depends on (a convolution's output channels) still
+  gives vector accumulators, their lanes stored one by one.
 - `lower_reduce`: `REDUCE(value, *ranges)` becomes an accumulator in a register slot (DEFINE_REG): initialised to
   the op's identity where the reduce lives, updated inside its loops, read after them. UNROLL ranges are not
   loops: each step of the remaining loops applies the update once per unrolled value, in the same order the

@@ -20,9 +20,12 @@ packed when
   lane by lane from one such input (a VECTORIZE of distinct ungated loads: `x @ W.T`'s weight) whose lanes each
   run contiguously along the innermost reduce range. The pack loop reads such a one W steps at a time: W copies
   that read a W x W block with contiguous rows, which transpose.py loads as W row vectors and transposes in
-  registers, so the transpose happens once per pack instead of once per row tile;
-- among the loops open around it, the innermost one its address does not depend on (the reuse loop) runs at
-  least twice, and the loops inside it that the address does depend on include a reduction's;
+  registers, so the transpose happens once per pack instead of once per row tile. A gathered vector that no
+  register transpose takes (transpose.py's `gather_blocks`: a convolution's weight read along its output channels,
+  whose 3-wide window is too short to transpose) is packed lane by lane, where the loops between the pack and its
+  reduce loops reread it at least once per lane;
+- the loops its address does not depend on, inside the innermost one it does outside them (the reuse loops), run
+  at least twice together, and the loops inside them that the address depends on include a reduction's;
 - every THREAD loop is outside the reuse loop (a reuse only across threads is none: each would pack for itself);
 - the kernel's packed buffers take at most PACK_BYTES together (the first loads in graph order are taken).
 
@@ -31,10 +34,12 @@ The pack loop copies exactly the elements the load would have read, so no result
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Final
 
 from plygrad.codegen.linearize import LoopNest
+from plygrad.codegen.transpose import gather_blocks
 from plygrad.codegen.vectorize import lane_stride
 from plygrad.ir import AddrSpace, AxisType, DType, Ops, Target, UOp, dtypes
 
@@ -109,8 +114,9 @@ class _Packer:
             self.next_axis += len(inner)
         return self.loops[key]
 
-    def pack(self, node: UOp, inner: list[UOp]) -> UOp | None:
-        """The read of `node` from a packed buffer over `inner`, or None where it does not fit the budget."""
+    def pack(self, node: UOp, inner: list[UOp], *, gathered: bool = False) -> UOp | None:
+        """The read of `node` from a packed buffer over `inner`, or None where it does not fit the budget.
+        `gathered`: a gathered vector that no register transpose takes may be packed lane by lane."""
         lanes = node.dtype.count
         elements = lanes
         for r in inner:
@@ -125,7 +131,9 @@ class _Packer:
         # a register transpose, tiles.py, are better left to transpose.py)
         step = lanes if node.op is Ops.VECTORIZE else 1
         if step > 1 and (int(last.src[0].arg) % step or any(lane_stride(i, last) != 1 for i in _indices(node))):
-            return None
+            if not gathered:
+                return None
+            step = 1
         self.budget -= size
         local = self.local(node.dtype.scalar(), elements)
         copies = self.copies(inner, step)
@@ -152,6 +160,8 @@ def pack_panels(sink: UOp, target: Target) -> UOp:
     packer = _Packer(next_axis=1 + max((int(n.arg[0]) for n in nodes if n.op is Ops.RANGE), default=-1),
                      next_slot=1 + max((int(n.arg) for n in nodes if n.op is Ops.DEFINE_LOCAL), default=-1),
                      budget=PACK_BYTES)
+    # the gathers a register transpose takes (transpose.py) are left to it, or packed W steps at a time
+    transposed = {v for block in gather_blocks([n for n in candidates if n.op is Ops.VECTORIZE]) for v in block}
     mapping: dict[UOp, UOp] = {}
     for node in candidates:
         path = nest.path(node)
@@ -161,12 +171,17 @@ def pack_panels(sink: UOp, target: Target) -> UOp:
             continue
         reuse = free[-1]
         inner = [r for r in path[reuse + 1:] if r in needs]
-        if (not inner or path[reuse].src[0].op is not Ops.CONST or int(path[reuse].src[0].arg) < 2
-                or not any(r.arg[1] is AxisType.REDUCE for r in inner)
+        # the pack sits inside the loops its address needs; the loops between it and `inner` reread it
+        packed_at = max((i for i in range(reuse) if path[i] in needs), default=-1)
+        rereads = math.prod(int(path[i].src[0].arg) if path[i].src[0].op is Ops.CONST else 1
+                            for i in free if i > packed_at)
+        if (not inner or rereads < 2 or not any(r.arg[1] is AxisType.REDUCE for r in inner)
                 or any(r.src[0].op is not Ops.CONST for r in inner)
                 or not threads <= set(path[:reuse])):
             continue
-        if (read := packer.pack(node, inner)) is not None:
+        # a gather packed lane by lane costs a scalar load per lane once: it pays where it is reread once per lane
+        lane_by_lane = node.op is Ops.VECTORIZE and node not in transposed and rereads >= node.dtype.count
+        if (read := packer.pack(node, inner, gathered=lane_by_lane)) is not None:
             mapping[node] = read
     return sink.substitute(mapping) if mapping else sink
 

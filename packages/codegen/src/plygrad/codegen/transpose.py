@@ -79,7 +79,7 @@ def _lane_loads(v: UOp) -> list[UOp] | None:
     return loads
 
 
-def _blocks(candidates: Sequence[UOp]) -> list[list[UOp]]:
+def gather_blocks(candidates: Sequence[UOp]) -> list[list[UOp]]:
     """Sets of W VECTORIZEs (in copy order kk = 0..W-1) that read one W x W block with contiguous rows."""
     ids: dict[UOp, int] = {}
     memo: dict[UOp, Poly | None] = {}
@@ -118,7 +118,7 @@ def transpose_gathers(sink: UOp, target: Target) -> UOp:
     candidates = [n for n in sink.toposort if n.op is Ops.VECTORIZE and n.dtype.count >= 2
                   and alu_vectors(n.dtype.scalar(), n.dtype.count, target)]
     mapping: dict[UOp, UOp] = {}
-    for block in _blocks(candidates):
+    for block in gather_blocks(candidates):
         width = len(block)
         scalar = block[0].dtype.scalar()
         rows = []

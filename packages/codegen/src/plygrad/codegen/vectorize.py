@@ -1,10 +1,11 @@
 """Vector lanes: one UPCAST axis of a store becomes the lanes of vector values instead of k scalar copies.
 
 The "vector width" of a kernel is the amount of the UPCAST whose axis a store indexes contiguously (stride 1) when
-the stored dtype has vectors of that width: `Target.vector_widths_for(dtype)` lists the widths, and the renderer's
-`VectorForms` (renderer/base.py) says what it can do with them. `expand_upcast` (expand.py) unrolls every other
-UPCAST axis into scalar copies as before and hands each copy to `vectorize_store`, which rewrites the store's value
-graph over that axis `u` of k lanes. Every node gets one of three forms:
+the stored dtype has vectors of that width (else, for a reduction, of an UPCAST its accumulated value depends on
+whose amount is a vector ALU width: `vector_axis`): `Target.vector_widths_for(dtype)` lists the widths, and the
+renderer's `VectorForms` (renderer/base.py) says what it can do with them. `expand_upcast` (expand.py) unrolls
+every other UPCAST axis into scalar copies as before and hands each copy to `vectorize_store`, which rewrites the
+store's value graph over that axis `u` of k lanes. Every node gets one of three forms:
 
 - the node itself, when it does not depend on `u` (shared by all lanes: a load of `a[i, r]` in a matmul);
 - a vector node of dtype `dtype.vec(k)`: a contiguous LOAD (one vector load from the lane-0 address), an ALU op
@@ -149,8 +150,18 @@ def contiguous_store(store: UOp, u: UOp, target: Target) -> bool:
 
 
 def vector_axis(store: UOp, upcast: list[UOp], target: Target) -> UOp | None:
-    """The UPCAST range `store` is vectorized over: the innermost one it stores contiguously, if any."""
+    """The UPCAST range `store` is vectorized over: the innermost one it stores contiguously, if any. Else, for a
+    reduction, the innermost one of a vector ALU width that its accumulated value depends on (a convolution tiled
+    over output channels: tiles.py): vector accumulators, their lanes stored one by one at the end."""
     candidates = [u for u in upcast if contiguous_store(store, u, target)]
+    if candidates:
+        return max(candidates, key=lambda u: int(u.arg[0]))
+    if store.op is not Ops.STORE or len(store.src) < 2:
+        return None
+    value = store.src[1]
+    reduced = [n for n in value.toposort if n.op is Ops.REDUCE]
+    candidates = [u for u in upcast if alu_vectors(value.dtype, int(u.src[0].arg), target)
+                  and any(u in r.src[0].toposort for r in reduced)]
     return max(candidates, key=lambda u: int(u.arg[0])) if candidates else None
 
 
