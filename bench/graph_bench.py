@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tinygrad_clang import ensure_clang  # bench/, this script's folder
+
 # tinygrad: use its CPU device (0.14 reads DEV; older releases CPU=1), read when tinygrad is imported
 os.environ.setdefault("DEV", "CPU")
 os.environ.setdefault("CPU", "1")
@@ -141,6 +143,7 @@ def main() -> None:
         print(json.dumps(measure_here(lib, case, int(n), args.runs)))
         return
 
+    clang_note = ensure_clang()  # before the children start: they inherit PATH
     sizes = [("chain", n) for n in args.chain] + [("cat", n) for n in args.cat]
     results: dict[tuple[str, str, int], dict[str, float] | str] = {}
     for lib in args.libs:
@@ -156,6 +159,8 @@ def main() -> None:
           f"{platform.system()} {platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}")
     print(f"seconds, from building the graph to its values; cold: first run with empty program caches; warm: median "
           f"of {args.runs} more runs")
+    if clang_note:
+        print(f"note: {clang_note}")
     print()
     columns = " | ".join(f"{lib + ' cold':>15s} | {lib + ' warm':>15s}" for lib in args.libs)
     print(f"| {'graph':22s} | {columns} |")

@@ -36,6 +36,7 @@ os.environ.setdefault("DEV", "CPU")
 os.environ.setdefault("CPU", "1")
 
 import numpy as np
+from tinygrad_clang import ensure_clang  # bench/, this script's folder
 
 from plygrad.frontend import Tensor
 
@@ -195,7 +196,7 @@ LIBRARIES: dict[str, Callable[[Arrays], dict[str, Runner]]] = {
 def measure(cases: list[str], arrays: Arrays, runs: int) -> tuple[dict[str, dict[str, float | None]], list[str]]:
     """Every library's figure for every case (None: the library has no such case or it failed), case by case."""
     results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
-    notes: list[str] = []
+    notes = [note for note in (ensure_clang(),) if note]
     runners: dict[str, dict[str, Runner]] = {}
     for lib, make in LIBRARIES.items():
         try:

@@ -30,6 +30,7 @@ os.environ.setdefault("CPU", "1")
 os.environ.setdefault("TRAINING", "1")  # tinygrad 0.14's optimizers refuse to step unless its TRAINING flag is on
 
 import numpy as np
+from tinygrad_clang import ensure_clang  # bench/, this script's folder
 
 Runner = Callable[[], Any]
 BATCH, SIZES, CLASSES = 128, (784, 512, 512, 10), 10
@@ -155,7 +156,7 @@ def main() -> None:
     data = _data()
     libraries = {"torch": torch_cases, "tinygrad": tinygrad_cases, "plygrad": plygrad_cases}
     results = {lib: {case: f"{'n/a':>10}" for case in CASES} for lib in libraries}
-    notes: list[str] = []
+    notes = [note for note in (ensure_clang(),) if note]
     for lib, make in libraries.items():
         try:
             runners = make(data)
