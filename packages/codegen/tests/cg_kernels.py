@@ -207,6 +207,23 @@ def conv2d(batch: int, cout: int, cin: int, size: int, ks: int = 3) -> UOp:
     return sink(UOp(Ops.END, dtypes.void, (store(out, index, total), n, o, py, px)), name="conv2d")
 
 
+def conv2d_weight_grad(batch: int, cout: int, cin: int, size: int, ks: int = 3) -> UOp:
+    """A convolution's weight gradient: out[o, c, i, j] = sum_n,y,x g[n, o, y, x] * in[n, c, y + i - 1, x + j - 1]
+    (padding 1): a reduction over the batch and pixels into a few small output axes (the window's)."""
+    out, g, x = param(0, F32, cout * cin * ks * ks), param(1, F32, batch * cout * size * size), \
+        param(2, F32, batch * cin * size * size)
+    o, c, i, j, n, py, px = (loop(cout, 0), loop(cin, 1), loop(ks, 2), loop(ks, 3), red(batch, 4), red(size, 5),
+                             red(size, 6))
+    yy, xx = py + i - 1, px + j - 1
+    low = UOp.const(dtypes.index, -1)
+    inside = (low < yy).alu(Ops.AND, yy < size).alu(Ops.AND, low < xx).alu(Ops.AND, xx < size)
+    pixel = load(x, n * (cin * size * size) + c * (size * size) + yy * size + xx, inside)
+    grad = load(g, n * (cout * size * size) + o * (size * size) + py * size + px)
+    total = UOp(Ops.REDUCE, F32, (grad * pixel, n, py, px), Ops.ADD)
+    index = o * (cin * ks * ks) + c * (ks * ks) + i * ks + j
+    return sink(UOp(Ops.END, dtypes.void, (store(out, index, total), o, c, i, j)), name="conv2d_weight_grad")
+
+
 def heads_projection(batch: int, tokens: int, heads: int, head_dim: int, n: int, w_out_in: bool = True) -> UOp:
     """Attention's output projection over heads laid out (batch, heads, tokens, head_dim):
     out[b, i, j] = sum_r x[b, r // head_dim, i, r % head_dim] * w[j, r] (w[r, j] unless `w_out_in`), the weight

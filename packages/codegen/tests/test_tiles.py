@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cg_kernels import batched, conv1d, load, loop, matmul, param, red, sink, store
+from cg_kernels import batched, conv1d, conv2d_weight_grad, load, loop, matmul, param, red, sink, store
 from cg_run import native_flags, run_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -183,3 +183,12 @@ def test_narrow_rows_take_output_channels_as_lanes(cout: int, cin: int, width: i
 def test_rows_as_wide_as_a_vector_keep_their_lanes() -> None:
     assert choose_opts(conv1d(16, 8, 64), XEON)[0] == Opt(U, 1, 16)  # 64 = 4 x 16 floats: lanes along the row
     assert choose_opts(conv1d(12, 8, 56), XEON)[0] == Opt(U, 1, 8)  # 16 does not divide 12 output channels
+
+
+def test_a_weight_gradient_keeps_a_chain_per_window_position() -> None:
+    # no output axis takes vectors (3 x 3 window): each output is one chain of dependent adds over 32 x 8 x 8 terms,
+    # so the window's two axes are UPCAST whole, 9 chains interleaved (one waits out the add latency at every step)
+    kernel = conv2d_weight_grad(4, 32, 16, 8)
+    opts = choose_opts(kernel, XEON)
+    assert Opt(U, 3, 3) in opts and Opt(U, 2, 3) in opts, opts
+    assert_heuristic_is_exact(kernel)
