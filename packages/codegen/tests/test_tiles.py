@@ -186,9 +186,19 @@ def test_rows_as_wide_as_a_vector_keep_their_lanes() -> None:
 
 
 def test_a_weight_gradient_keeps_a_chain_per_window_position() -> None:
-    # no output axis takes vectors (3 x 3 window): each output is one chain of dependent adds over 32 x 8 x 8 terms,
-    # so the window's two axes are UPCAST whole, 9 chains interleaved (one waits out the add latency at every step)
-    kernel = conv2d_weight_grad(4, 32, 16, 8)
+    # no output axis takes vectors (3 x 3 window, 12 output channels): each output is one chain of dependent adds
+    # over 4 x 8 x 8 terms, so the window's two axes are UPCAST whole, 9 chains interleaved (one alone waits out the
+    # add latency at every step)
+    kernel = conv2d_weight_grad(4, 12, 16, 8)
     opts = choose_opts(kernel, XEON)
     assert Opt(U, 3, 3) in opts and Opt(U, 2, 3) in opts, opts
+    assert_heuristic_is_exact(kernel)
+
+
+def test_a_weight_gradient_over_16_output_channels_takes_them_as_lanes() -> None:
+    # the window's axes take no vectors at all, and only the incoming gradient is read along the output channels:
+    # they take the lanes (a gather of the gradient), the window's columns the rows of the tile
+    kernel = conv2d_weight_grad(4, 32, 16, 8)
+    opts = choose_opts(kernel, XEON)
+    assert opts[:2] == [Opt(U, 0, 16), Opt(U, 3, 3)], opts
     assert_heuristic_is_exact(kernel)

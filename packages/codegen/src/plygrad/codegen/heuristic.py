@@ -102,7 +102,7 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
     if reduces and outputs:  # matmul-shaped: register tiles, cache blocks, threads over panels (tiles.py)
         width = vector_width(kernel, ranges[outputs[-1]], target)
         tiled = None
-        if width and width * scalar <= SCALAR_COPIES_MAX:
+        if width * scalar <= SCALAR_COPIES_MAX:  # no width: register_tile may still find a channel axis
             tiled = register_tile(kernel, target, width, scalar_ops=scalar, copies_max=SCALAR_COPIES_MAX,
                                   thread_min_work=THREAD_MIN_WORK)
         if tiled is not None:
