@@ -224,6 +224,18 @@ def conv2d_weight_grad(batch: int, cout: int, cin: int, size: int, ks: int = 3) 
     return sink(UOp(Ops.END, dtypes.void, (store(out, index, total), o, c, i, j)), name="conv2d_weight_grad")
 
 
+def window_grads(batch: int, cout: int, cin: int, pixels: int, window: int) -> UOp:
+    """The input gradient of a convolution before its windows are folded back: out[n, c, p, k] =
+    sum_o g[n, o, p] * w[o, c, k] (the frontend's backward of a conv's unfold), stored (n, c, p, k)."""
+    out = param(0, F32, batch * cin * pixels * window)
+    g, w = param(1, F32, batch * cout * pixels), param(2, F32, cout * cin * window)
+    n, c, p, k, o = loop(batch, 0), loop(cin, 1), loop(pixels, 2), loop(window, 3), red(cout, 4)
+    grad, weight = load(g, n * (cout * pixels) + o * pixels + p), load(w, o * (cin * window) + c * window + k)
+    total = UOp(Ops.REDUCE, F32, (grad * weight, o), Ops.ADD)
+    index = ((n * cin + c) * pixels + p) * window + k
+    return sink(UOp(Ops.END, dtypes.void, (store(out, index, total), n, c, p, k)), name="window_grads")
+
+
 def heads_projection(batch: int, tokens: int, heads: int, head_dim: int, n: int, w_out_in: bool = True) -> UOp:
     """Attention's output projection over heads laid out (batch, heads, tokens, head_dim):
     out[b, i, j] = sum_r x[b, r // head_dim, i, r % head_dim] * w[j, r] (w[r, j] unless `w_out_in`), the weight

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cg_kernels import batched, conv1d, conv2d_weight_grad, load, loop, matmul, param, red, sink, store
+from cg_kernels import batched, conv1d, conv2d_weight_grad, load, loop, matmul, param, red, sink, store, window_grads
 from cg_run import native_flags, run_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -201,4 +201,13 @@ def test_a_weight_gradient_over_16_output_channels_takes_them_as_lanes() -> None
     kernel = conv2d_weight_grad(4, 32, 16, 8)
     opts = choose_opts(kernel, XEON)
     assert opts[:2] == [Opt(U, 0, 16), Opt(U, 3, 3)], opts
+    assert_heuristic_is_exact(kernel)
+
+
+def test_an_axis_read_contiguously_may_take_the_lanes_whatever_else_the_load_depends_on() -> None:
+    # the pixels of a conv's unfolded input gradient: the incoming gradient is read along them contiguously (vector
+    # loads, though it depends on the image too), the weight not at all; the 9 window positions take no vector
+    kernel = window_grads(4, 32, 16, 64, 9)
+    opts = choose_opts(kernel, XEON)
+    assert opts[0] == Opt(U, 2, 16), opts
     assert_heuristic_is_exact(kernel)

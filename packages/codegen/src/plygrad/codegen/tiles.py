@@ -108,14 +108,16 @@ def row_axis(value: UOp, vector: UOp, candidates: list[UOp]) -> UOp | None:
 def channel_axis(red: UOp, ranges: dict[int, UOp], outputs: list[int], sized: dict[int, int],
                  widest: int) -> int | None:
     """An output axis other than the innermost to take the vector lanes (module docstring, step 1), or None: one
-    that `widest` divides, read by loads that depend on no other output axis (a convolution's weight along its
-    output channels), and with a row axis no such load depends on."""
+    that `widest` divides, read by loads that are contiguous along it (vector loads) or depend on no other output
+    axis (gathers pack.py can pack: a convolution's weight along its output channels), and with a row axis no such
+    load depends on."""
     loads = _loads(red.src[0])
     for axis in reversed(outputs[:-1]):
         if sized[axis] % widest:
             continue
         along = [n for n in loads if _depends(n, ranges[axis])]
-        if along and not any(_depends(n, ranges[a]) for n in along for a in outputs if a != axis) \
+        gathered = [n for n in along if lane_stride(n.src[0].src[1], ranges[axis]) != 1]
+        if along and not any(_depends(n, ranges[a]) for n in gathered for a in outputs if a != axis) \
                 and row_axis(red.src[0], ranges[axis], [ranges[a] for a in outputs if a != axis and sized[a] >= 2]):
             return axis
     return None
