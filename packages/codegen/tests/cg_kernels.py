@@ -164,6 +164,14 @@ def sum_of_maxes(m: int, n: int, k: int) -> UOp:
     return sink(store(out, i, UOp(Ops.REDUCE, dtypes.float32, (inner, j), Ops.ADD)))
 
 
+def max_of_dots(m: int, keys: int, dim: int) -> UOp:
+    """out[i] = max_j sum_d q[i, d] * k[j, d]: softmax's max over recomputed attention scores."""
+    out, q, k = param(0, F32, m), param(1, F32, m * dim), param(2, F32, keys * dim)
+    i, j, d = loop(m, 0), red(keys, 1), red(dim, 2)
+    dot = UOp(Ops.REDUCE, F32, (load(q, i * dim + d) * load(k, j * dim + d), d), Ops.ADD)
+    return sink(store(out, i, UOp(Ops.REDUCE, F32, (dot, j), Ops.MAX)))
+
+
 def count(n: int) -> UOp:
     """out[i] = sum_j 1 (the reduced value does not depend on the reduce range)."""
     out = param(0, dtypes.int32, 4)

@@ -6,7 +6,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cg_kernels import batched, conv1d, conv2d_weight_grad, load, loop, matmul, param, red, sink, store, window_grads
+from cg_kernels import (
+    batched,
+    conv1d,
+    conv2d_weight_grad,
+    load,
+    loop,
+    matmul,
+    max_of_dots,
+    param,
+    red,
+    sink,
+    store,
+    window_grads,
+)
 from cg_run import native_flags, run_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -211,3 +224,14 @@ def test_an_axis_read_contiguously_may_take_the_lanes_whatever_else_the_load_dep
     opts = choose_opts(kernel, XEON)
     assert opts[0] == Opt(U, 2, 16), opts
     assert_heuristic_is_exact(kernel)
+
+
+@pytest.mark.parametrize(("keys", "dim", "unroll"), [(21, 32, 7), (16, 32, 4), (6, 8, 3)])
+def test_short_inner_reductions_run_as_interleaved_chains(keys: int, dim: int, unroll: int) -> None:
+    # a max over keys of 32-term dot products: the keys' axis is UNROLLed, so several dot products (each its own
+    # accumulator, in its own order) are in flight while the max still takes them in key order: same bits
+    kernel = max_of_dots(24, keys, dim)
+    assert Opt(OptOps.UNROLL, 1, unroll) in choose_opts(kernel, XEON)
+    assert_heuristic_is_exact(kernel)
+    long_chains = choose_opts(max_of_dots(24, 21, 96), XEON)  # 96 terms keep the adder busy on their own
+    assert Opt(OptOps.UNROLL, 1, 7) not in long_chains
