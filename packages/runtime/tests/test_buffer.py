@@ -72,6 +72,27 @@ def test_freed_buffer_releases_memory_and_leaves_the_table(fakes: None) -> None:
         lookup_buffer(buffer_id)
 
 
+def test_buffer_freed_in_a_cycle_leaves_the_table(fakes: None) -> None:
+    holder: list[object] = []
+    buf = Buffer("PY", 4, dtypes.int32)
+    holder.append(buf)
+    buf.cycle = holder  # type: ignore[attr-defined]
+    buffer_id = buf.id
+    assert lookup_buffer(buffer_id) is buf
+    del buf, holder
+    gc.collect()
+    with pytest.raises(InvalidBufferError, match=f"no live buffer has id {buffer_id}"):
+        lookup_buffer(buffer_id)
+
+
+def test_only_live_buffers_are_found_by_id(fakes: None) -> None:
+    kept = [Buffer("PY", 2, dtypes.int8) for _ in range(3)]
+    dropped_id = Buffer("PY", 2, dtypes.int8).id  # freed at once
+    assert [lookup_buffer(b.id) for b in kept] == kept
+    with pytest.raises(InvalidBufferError):
+        lookup_buffer(dropped_id)
+
+
 @pytest.mark.parametrize(("size", "dtype"), [(-1, dtypes.float32), (3, dtypes.index), (2, dtypes.void)])
 def test_invalid_buffers_are_refused(size: int, dtype: object) -> None:
     with pytest.raises(InvalidBufferError):

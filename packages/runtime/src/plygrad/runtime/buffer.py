@@ -22,17 +22,20 @@ from plygrad.runtime.plugin import Backend
 
 BytesLike: TypeAlias = "bytes | bytearray | memoryview | array[Any]"
 _NEXT_ID: Final = itertools.count()
-_TABLE: Final[weakref.WeakValueDictionary[int, Buffer]] = weakref.WeakValueDictionary()
+# id -> weak reference to the live Buffer; an entry goes in Buffer.__del__ (a WeakValueDictionary's Python-level
+# KeyedRef and removal callback cost about a microsecond per buffer, and a small op allocates one per run)
+_TABLE: Final[dict[int, weakref.ref[Buffer]]] = {}
 # first allocation of a Buffer shared by threads: without it two threads could each allocate, and the data one of
 # them copied into its memory would be lost when the other's handle replaced it
 _ALLOCATING: Final = threading.Lock()
+_VALUE_DTYPES: Final = frozenset(dtypes.all())  # a set: `in` on the tuple costs ~2 us per Buffer
 
 
 class Buffer:
     """`size` elements of `dtype` on `device`; memory is allocated on first use."""
 
     def __init__(self, device: str, size: int, dtype: DType) -> None:
-        if dtype not in dtypes.all():
+        if dtype not in _VALUE_DTYPES:
             raise InvalidBufferError(f"Buffer dtype must be one of dtypes.all() (a scalar value dtype), got {dtype}")
         if type(size) is not int or size < 0:
             raise InvalidBufferError(f"Buffer size must be an int >= 0 (elements), got {size!r}")
@@ -42,7 +45,7 @@ class Buffer:
         self.id = next(_NEXT_ID)
         self._handle: Any = None
         self._backend: Backend | None = None
-        _TABLE[self.id] = self
+        _TABLE[self.id] = weakref.ref(self)
 
     @property
     def nbytes(self) -> int:
@@ -101,10 +104,15 @@ class Buffer:
         return bytes(out)
 
     def __del__(self) -> None:
+        # at interpreter exit the module's table may be gone, the backend's modules (cffi, its library) may already
+        # be torn down, and the process is returning all its memory anyway: freeing then can only fail
+        if sys.is_finalizing():
+            return
+        buffer_id = getattr(self, "id", None)  # absent when __init__ raised
+        if buffer_id is not None:
+            _TABLE.pop(buffer_id, None)
         handle, backend = getattr(self, "_handle", None), getattr(self, "_backend", None)
-        # at interpreter exit the backend's modules (cffi, its library) may already be torn down, and the process
-        # is returning all its memory anyway: freeing then can only fail
-        if handle is not None and backend is not None and not sys.is_finalizing():
+        if handle is not None and backend is not None:
             backend.allocator.free(handle)
 
     def __repr__(self) -> str:
@@ -114,7 +122,8 @@ class Buffer:
 
 def lookup_buffer(buffer_id: int) -> Buffer:
     """The live buffer with this id; InvalidBufferError when it was never created or has been freed."""
-    found = _TABLE.get(buffer_id)
+    ref = _TABLE.get(buffer_id)
+    found = None if ref is None else ref()
     if found is None:
         raise InvalidBufferError(f"no live buffer has id {buffer_id}: it was freed (nothing referenced it) or "
                                  "never created; keep a reference to the Buffer or pass it to run_linear(buffers=...)")
