@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Literal
 
-from plygrad.frontend.lazy import LazyTensor, Scalar
+from plygrad.frontend.lazy import LazyTensor, Scalar, const_uop
 from plygrad.ir import (
     DType,
     DTypeError,
@@ -60,8 +60,24 @@ def _alu(x: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
 
 
 def _binary(t: Tensor, op: Ops, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    if not isinstance(other, LazyTensor) and isinstance(other, (bool, int, float)):
+        return _scalar_alu(t, op, other, _scalar_dtype(t.dtype, other), reverse)
     x, y = _operands(t, other, reverse=reverse, op=op.name)
     return _alu(x, op, y)
+
+
+def _scalar_dtype(dtype: DType, value: Scalar) -> DType:
+    """`result_dtype(dtype, value)`, answered at once for a float tensor (a Python scalar never lifts it)."""
+    return dtype if dtype.is_float else result_dtype(dtype, value)
+
+
+def _scalar_alu(t: Tensor, op: Ops, value: Scalar, dtype: DType, reverse: bool = False) -> Tensor:
+    """`op(t, value)` (reversed: `op(value, t)`) at `dtype`, the graph `_operands` and `_alu` build, without a
+    Tensor for the constant: it reads no Buffer and never requires grad, so the result's inputs and requires_grad
+    are `t`'s alone. Most scalar ops of a model (polynomials, scales, epsilons) go this way."""
+    x = t._cast_to(dtype)
+    const = const_uop(dtype, value, x.shape)
+    return x._new(const.alu(op, x.uop) if reverse else x.uop.alu(op, const))
 
 
 def _float_input(x: Tensor) -> Tensor:
@@ -80,6 +96,10 @@ def add(x: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
 
 
 def sub(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
+    if not isinstance(other, LazyTensor) and isinstance(other, (bool, int, float)):
+        dt = _scalar_dtype(t.dtype, other)
+        if not dt.is_bool:  # a bool difference raises below
+            return _scalar_alu(t, Ops.SUB, other, dt, reverse)
     x, y = _operands(t, other, reverse=reverse, op="SUB")
     _no_bool(x, "subtraction")
     return _alu(x, Ops.SUB, y)
@@ -91,6 +111,10 @@ def mul(x: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
 
 def _true_div(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
     """True division: integers and bool divide as the default float (PyTorch)."""
+    if not isinstance(other, LazyTensor) and isinstance(other, (bool, int, float)):
+        dt = _scalar_dtype(t.dtype, other)
+        if dt.is_float:  # integers are cast after `_operands` (the cast of a constant is its own graph)
+            return _scalar_alu(t, Ops.FDIV, other, dt, reverse)
     x, y = _operands(t, other, reverse=reverse, op="FDIV")
     if not x.dtype.is_float:
         x, y = x._cast_to(dtypes.default_float), y._cast_to(dtypes.default_float)

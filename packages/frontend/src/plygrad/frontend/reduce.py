@@ -36,7 +36,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
-from plygrad.frontend import creation, elementwise, movement, scan
+from plygrad.frontend import creation, elementwise, lazy, movement, scan
 from plygrad.ir import DTypeLike, Ops, ShapeError, UOp, dtypes, reduce_identity, sum_acc_dtype, to_dtype
 
 if TYPE_CHECKING:
@@ -77,6 +77,13 @@ def _blocked(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
     """The reduction `op` over `axes` (kept as size 1) in stages with no accumulator taking more than BLOCK
     terms: the reduced axes are moved last and flattened, padded with the op's identity to whole blocks, and
     reduced block by block, level after level (see the module docstring)."""
+    if op is Ops.ADD and not type(t).no_grad:
+        return _blocked_sum(t, axes)
+    return _blocked_by_tensors(t, op, axes)
+
+
+def _blocked_by_tensors(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
+    """`_blocked` op by op through Tensors: the reference `_blocked_sum` builds the graph of."""
     kept_axes = tuple(i for i in range(t.ndim) if i not in axes)
     kept_shape = tuple(t.shape[i] for i in kept_axes)
     n = math.prod(t.shape[a] for a in axes)
@@ -98,6 +105,35 @@ def _blocked(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
         x = x.reshape(*kept_shape, n)
     total = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 1,))))
     return total.reshape(tuple(1 if i in axes else d for i, d in enumerate(t.shape)))
+
+
+def _blocked_sum(t: Tensor, axes: tuple[int, ...]) -> Tensor:
+    """`_blocked` for a sum, built as one chain of nodes in one Tensor: the graph the op-by-op form builds
+    through ~8 Tensors (each a graph walk, a gradient decision and a reader record) for every `sum()` call.
+    Not under no_grad, where the op-by-op form wraps its first op in a gradient stop (lazy.py)."""
+    kept_axes = tuple(i for i in range(t.ndim) if i not in axes)
+    kept_shape = tuple(t.shape[i] for i in kept_axes)
+    n = math.prod(t.shape[a] for a in axes)
+    order = (*kept_axes, *axes)
+    node = t.uop if order == tuple(range(t.ndim)) else lazy.movement(t.uop, Ops.PERMUTE, order)
+    node = _reshaped(node, (*kept_shape, n))
+    while n > SPLIT_ABOVE:
+        rows = _rows_per_block(n)
+        blocks = -(-n // (rows * LANES))
+        padding = blocks * rows * LANES - n
+        if padding:
+            node = lazy.movement(node, Ops.PAD, ((0, 0),) * len(kept_shape) + ((0, padding),))
+        node = _reshaped(node, (*kept_shape, blocks, rows, LANES))
+        node = UOp(Ops.REDUCE, node.dtype, (node,), (Ops.ADD, (len(kept_shape) + 1,)))
+        n = blocks * LANES
+        node = _reshaped(node, (*kept_shape, n))
+    node = UOp(Ops.REDUCE, node.dtype, (node,), (Ops.ADD, (len(kept_shape),)))
+    return t._new(_reshaped(node, tuple(1 if i in axes else d for i, d in enumerate(t.shape))))
+
+
+def _reshaped(node: UOp, shape: tuple[int, ...]) -> UOp:
+    """`node` viewed as `shape` (itself when it has that shape already, as `reshape` returns a tensor)."""
+    return node if node.shape == shape else lazy.movement(node, Ops.RESHAPE, shape)
 
 
 def _rows_per_block(n: int) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import elementwise
-from plygrad.frontend.lazy import Scalar
+from plygrad.frontend.lazy import Scalar, const_uop
 from plygrad.ir import Ops, dtypes
 
 if TYPE_CHECKING:
@@ -86,11 +86,20 @@ def _sign_const(x: Tensor) -> Tensor:
 
 
 def _horner(x: Tensor, coeffs: tuple[float, ...]) -> Tensor:
-    """The polynomial coeffs[0]*x**n + ... + coeffs[n] at x."""
-    acc = x._const(coeffs[0])
+    """The polynomial coeffs[0]*x**n + ... + coeffs[n] at x: the graph of `acc.mul(x).add(c)` from the constant
+    coeffs[0], built as one chain of nodes and wrapped in one Tensor (gradients are taken through the graph, not
+    the Tensors: erf's three polynomials made ~50 Tensors per call). Under no_grad each op wraps its result in a
+    gradient stop (lazy.py), so that graph is built op by op as before; so is a constant (no op reads x)."""
+    if type(x).no_grad or len(coeffs) == 1:
+        acc = x._const(coeffs[0])
+        for c in coeffs[1:]:
+            acc = acc.mul(x).add(c)
+        return acc
+    dtype, shape, node = x.dtype, x.shape, x.uop
+    chain = const_uop(dtype, coeffs[0], shape)
     for c in coeffs[1:]:
-        acc = acc.mul(x).add(c)
-    return acc
+        chain = chain.alu(Ops.MUL, node).alu(Ops.ADD, const_uop(dtype, c, shape))
+    return x._new(chain)
 
 
 def exp(t: Tensor) -> Tensor:
