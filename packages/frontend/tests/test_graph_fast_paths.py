@@ -1,7 +1,7 @@
 """Graphs built without a Tensor per op: ops with a Python scalar put the constant straight into the graph
-(elementwise._scalar_alu), polynomials (transcendental._horner) and blocked sums (reduce._blocked_sum) build one
-chain of nodes. Each must give exactly the graph, dtype, inputs and requires_grad of the op-by-op path through
-Tensors, under every grad mode."""
+(elementwise._scalar_alu); polynomials (transcendental._horner), blocked sums (reduce._blocked_sum) and embedding
+lookups (gather.embedding_rows) build one chain of nodes. Each must give exactly the graph, dtype, inputs and
+requires_grad of the op-by-op path through Tensors, under every grad mode."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from plygrad.frontend import Tensor, dtypes, elementwise, reduce, transcendental
+from plygrad.frontend import Tensor, dtypes, elementwise, gather, nn, reduce, transcendental
 from plygrad.ir import DType, Ops
 
 SCALARS = [2, -3, 1.5, -0.0, float("nan"), True, False]
@@ -116,3 +116,24 @@ def test_blocked_sum_builds_the_op_by_op_graph(shape: tuple[int, ...], axes: tup
     x = t.mul(2)  # a lazy graph, not a leaf
     same(reduce._blocked(x, Ops.ADD, axes), reduce._blocked_by_tensors(x, Ops.ADD, axes))
     same(reduce._blocked(t, Ops.ADD, axes), reduce._blocked_by_tensors(t, Ops.ADD, axes))
+
+
+@pytest.mark.parametrize("batch", [(), (5,), (2, 3)])
+@pytest.mark.parametrize("index_dtype", ["int32", "int64", "uint8"])
+@pytest.mark.parametrize("weight_dtype", ["float32", "float16", "int32"])
+def test_embedding_lookup_builds_the_op_by_op_graph(batch: tuple[int, ...], index_dtype: str, weight_dtype: str,
+                                                    grad_setting: str) -> None:
+    idx = Tensor(np.arange(np.prod(batch, dtype=int)).reshape(batch).astype(index_dtype) % 7)
+    weight = Tensor(np.arange(7 * 4).reshape(7, 4).astype(weight_dtype))
+    if grad_setting in ("requires_grad", "no_grad_mode") and weight.dtype.is_float:
+        weight.requires_grad_(True)
+    elif grad_setting == "no_grad_leaf":
+        weight.requires_grad_(False)
+    for table in (weight, weight.mul(2)):  # a leaf, and a lazy graph
+        same(gather.embedding_rows(table, idx, 7), gather._embedding_rows_by_tensors(table, idx, 7))
+
+
+def test_embedding_layer_looks_up_through_embedding_rows() -> None:
+    layer = nn.Embedding(9, 3)
+    idx = Tensor(np.array([[1, 8], [0, 4]], dtype=np.int32))
+    same(layer(idx), gather._embedding_rows_by_tensors(layer.weight, idx, 9))

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 import numpy as np
 
 from plygrad.frontend import creation, indexing, setitem
-from plygrad.frontend.lazy import LazyTensor, Scalar, is_tensor
-from plygrad.ir import DTypeError, ShapeError, broadcast_shapes, dtypes
+from plygrad.frontend.lazy import LazyTensor, Scalar, broadcast_uop, const_uop, is_tensor, movement
+from plygrad.ir import DTypeError, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -261,3 +261,42 @@ def masked_select(x: Tensor, mask: LazyTensor, size: int | None = None, fill_val
     hit = keep.logical_and(rank.unsqueeze(0).eq(slots.add(1).unsqueeze(1)))  # (size, numel)
     picked = hit.where(flat.unsqueeze(0), 0).sum(1)._cast_to(x.dtype)
     return slots.lt(keep.cast(dtypes.int32).sum()).where(picked, fill_value)._cast_to(x.dtype)
+
+
+# ---- embedding lookup -------------------------------------------------------------------------------------
+def embedding_rows(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
+    """Row `idx` of `weight` (vocab, embed) for each integer index, zeros for an index outside 0..vocab-1
+    (`nn.Embedding`). A one-hot comparison against 0..vocab-1 selects the row; codegen turns the selection into
+    a load of that row (codegen/gather.py), and its gradient (a where) scatters into exactly the rows looked up.
+
+    Built as one chain of nodes in one Tensor: the graph `_embedding_rows_by_tensors` builds through ~13 Tensors
+    per call, which for a model's token lookup cost more than the kernel. Not under no_grad, where the op-by-op
+    form wraps its first float op in a gradient stop (lazy.py)."""
+    if type(weight).no_grad:
+        return _embedding_rows_by_tensors(weight, idx, vocab)
+    batch = idx.shape
+    column = movement(idx.uop, Ops.RESHAPE, (*batch, 1))  # idx.unsqueeze(-1)
+    counter = creation._counter_uop(vocab, idx.device)  # Tensor.arange(vocab)
+    counter = counter.cast(dtypes.default_int)
+    dtype = idx.dtype if idx.dtype is counter.dtype else result_dtype(idx.dtype, counter.dtype)
+    hit_shape = broadcast_shapes((*batch, 1), (vocab,))
+    hit = broadcast_uop(column.cast(dtype), hit_shape).alu(Ops.CMPEQ, broadcast_uop(counter.cast(dtype), hit_shape))
+    hit = movement(hit, Ops.RESHAPE, (*hit_shape, 1))  # .unsqueeze(-1)
+    # hit.where(weight, 0.0)
+    value_dtype = weight.dtype if weight.dtype.is_float else result_dtype(weight.dtype, 0.0)
+    values = weight.uop.cast(value_dtype)
+    shape = broadcast_shapes(hit.shape or (), weight.shape)
+    chosen = UOp(Ops.WHERE, value_dtype, (broadcast_uop(hit, shape), broadcast_uop(values, shape),
+                                          broadcast_uop(const_uop(value_dtype, 0.0, weight.shape), shape)))
+    # indexing._pick(chosen, (-2,)), then .cast(weight.dtype)
+    axis = len(shape) - 2
+    rows = UOp(Ops.REDUCE, value_dtype, (chosen,), (Ops.ADD, (axis,)))
+    rows = movement(rows, Ops.RESHAPE, tuple(n for i, n in enumerate(shape) if i != axis)).cast(weight.dtype)
+    node, requires_grad = weight._derived_grad(rows, weight)  # idx, an integer, takes no part in it
+    return weight._make(node, weight.device, weight.inputs | idx.inputs, requires_grad)
+
+
+def _embedding_rows_by_tensors(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
+    """`embedding_rows` op by op through Tensors: the reference its graph is tested against."""
+    hit = idx.unsqueeze(-1).eq(creation.arange(type(idx), vocab, device=idx.device)).unsqueeze(-1)
+    return indexing._pick(hit.where(weight, 0.0), (-2,)).cast(weight.dtype)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from plygrad.frontend import indexing
+from plygrad.frontend import gather
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError, dtypes
 
@@ -325,11 +325,8 @@ class Embedding:
         if not idx.dtype.is_int:
             raise DTypeError(f"Embedding: indices must be integers, got {idx.dtype}; "
                              "cast them with .cast(dtypes.int32)")
-        # a one-hot comparison against 0..vocab-1 selects the row (an index outside it gives zeros); codegen turns
-        # the selection into a load of that row (codegen/gather.py), and its gradient (a where) scatters into
-        # exactly the rows that were looked up
-        hit = idx.unsqueeze(-1).eq(Tensor.arange(self.vocab_size, device=idx.device)).unsqueeze(-1)
-        return indexing._pick(hit.where(self.weight, 0.0), (-2,)).cast(self.weight.dtype)
+        # a one-hot selection of the row; an index outside 0..vocab-1 gives zeros (gather.embedding_rows)
+        return gather.embedding_rows(self.weight, idx, self.vocab_size)
 
 
 class LSTMCell:
