@@ -13,8 +13,9 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from plygrad.frontend import autograd, scheduling
 from plygrad.frontend.lazy import buffer_view, is_tensor, placed
@@ -25,6 +26,8 @@ from plygrad.runtime import Buffer
 if TYPE_CHECKING:
     from plygrad.frontend.lazy import LazyTensor
     from plygrad.frontend.tensor import Tensor
+
+_buffer_id: Final = operator.attrgetter("id")
 
 
 def realize(tensors: Sequence[Tensor]) -> None:
@@ -45,7 +48,7 @@ def realize(tensors: Sequence[Tensor]) -> None:
         if t.numel() == 0:  # nothing to compute: an empty buffer of the right dtype
             point_at(t, Buffer(t.device, 0, t.dtype))
     if computed:
-        inputs = sorted(frozenset[Buffer]().union(*(t.inputs for t in computed)), key=lambda b: b.id)
+        inputs = sorted(frozenset().union(*(t.inputs for t in computed)), key=_buffer_id)
         outputs = scheduling.run([placed(t.uop, t.device, t.inputs) for t in computed], inputs)
         claimed: set[int] = set()
         for t, out in zip(computed, outputs, strict=True):

@@ -62,18 +62,17 @@ _RECORD_KEY_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class _NodeRef(weakref.ref["UOp"]):
-    """A weak reference to a UOp that knows the node's cache key, for `_forget`."""
+    """A weak reference to a UOp that knows the node's cache key, for `_forget`. Made by `_node_ref`: weakref.ref's
+    own constructor is C, where a Python __new__ and __init__ cost ~0.3 us for every new node."""
 
     __slots__ = ("key",)
     key: tuple[Any, ...]
 
-    def __new__(cls, node: UOp, key: tuple[Any, ...]) -> _NodeRef:
-        self = super().__new__(cls, node, _forget)
-        self.key = key
-        return self
 
-    def __init__(self, node: UOp, key: tuple[Any, ...]) -> None:
-        """Everything is set in __new__ (weakref.ref's own __init__ only parses its arguments)."""
+def _node_ref(node: UOp, key: tuple[Any, ...]) -> _NodeRef:
+    ref = _NodeRef(node, _forget)
+    ref.key = key
+    return ref
 
 
 _CACHE_LOCK: Final = threading.RLock()  # reentrant: a garbage collection inside a locked region runs _forget
@@ -132,7 +131,7 @@ class UOp:
                 found = current()
                 if found is not None:
                     return found  # another thread built it first
-            cache[key] = _NodeRef(node, key)
+            cache[key] = _node_ref(node, key)
         return node
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -152,7 +152,7 @@ class ExecPlan:
         """Run every step over `bufs` (one Buffer per slot, as `bind` returns them). `vals` gives variables other
         values than the schedule's BINDs, by name (a caller that scheduled a graph once for many values)."""
         debug = config.DEBUG.get()
-        start = time.perf_counter()
+        start = time.perf_counter() if debug >= 1 else 0.0
         for step in self.steps:
             if isinstance(step, CopyStep):
                 copy_buffer(bufs[step.dst], bufs[step.src])
