@@ -1,7 +1,7 @@
 """Graphs built without a Tensor per op: ops with a Python scalar put the constant straight into the graph
-(elementwise._scalar_alu); polynomials (transcendental._horner), blocked sums (reduce._blocked_sum) and embedding
-lookups (gather.embedding_rows) build one chain of nodes. Each must give exactly the graph, dtype, inputs and
-requires_grad of the op-by-op path through Tensors, under every grad mode."""
+(elementwise._scalar_alu); polynomials (transcendental._horner), blocked sums (reduce._blocked_sum), embedding
+lookups (gather.embedding_rows) and matmuls (linear._matmul_nodes) build one chain of nodes. Each must give
+exactly the graph, dtype, inputs and requires_grad of the op-by-op path through Tensors, under every grad mode."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from plygrad.frontend import Tensor, dtypes, elementwise, gather, nn, reduce, transcendental
+from plygrad.frontend import Tensor, dtypes, elementwise, gather, linear, nn, reduce, transcendental
 from plygrad.ir import DType, Ops
 
 SCALARS = [2, -3, 1.5, -0.0, float("nan"), True, False]
@@ -137,3 +137,39 @@ def test_embedding_layer_looks_up_through_embedding_rows() -> None:
     layer = nn.Embedding(9, 3)
     idx = Tensor(np.array([[1, 8], [0, 4]], dtype=np.int32))
     same(layer(idx), gather._embedding_rows_by_tensors(layer.weight, idx, 9))
+
+
+@pytest.mark.parametrize(("left", "right"), [
+    ((3, 4), (4, 5)),
+    ((2, 3, 4), (4, 5)),
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 6)),
+    ((1, 4), (4, 1)),
+    ((2, 3), (3,)),
+    ((3,), (3, 2)),
+])
+@pytest.mark.parametrize("kind", ["float32", "float64", "float16", "int32"])
+def test_matmul_builds_the_op_by_op_graph(left: tuple[int, ...], right: tuple[int, ...], kind: str,
+                                          grad_setting: str) -> None:
+    x = make_shaped(left, kind, grad_setting)
+    y = make_shaped(right, kind, grad_setting)
+    for a, b in ((x, y), (x.mul(2), y), (x, y.mul(2))):
+        same(linear.matmul(a, b), linear._matmul_by_tensors(a, b, a.unsqueeze(0) if a.ndim == 1 else a,
+                                                             b.unsqueeze(-1) if b.ndim == 1 else b))
+
+
+def test_matmul_of_mixed_dtypes_and_long_sums_builds_the_op_by_op_graph() -> None:
+    x, y = Tensor(np.ones((2, 3), np.float32)), Tensor(np.ones((3, 2), np.int32))
+    same(linear.matmul(x, y), linear._matmul_by_tensors(x, y, x, y))
+    long = Tensor(np.ones((2, reduce.SPLIT_ABOVE + 1), np.float32))
+    same(linear.matmul(long, long.transpose()), linear._matmul_by_tensors(long, long.transpose(), long,
+                                                                         long.transpose()))
+
+
+def make_shaped(shape: tuple[int, ...], kind: str, setting: str) -> Tensor:
+    t = Tensor(np.ones(shape, dtype=kind))
+    if setting in ("requires_grad", "no_grad_mode") and t.dtype.is_float:
+        t.requires_grad_(True)
+    elif setting == "no_grad_leaf":
+        t.requires_grad_(False)
+    return t

@@ -11,8 +11,8 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import reduce
-from plygrad.ir import DType, DTypeLike, ShapeError, dtypes, result_dtype, to_dtype
+from plygrad.frontend import lazy, reduce
+from plygrad.ir import DType, DTypeLike, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype, to_dtype
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -37,6 +37,14 @@ def matmul(x: Tensor, other: Tensor) -> Tensor:
     if a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"matmul of shapes {x.shape} and {other.shape}: inner sizes {a.shape[-1]} and "
                          f"{b.shape[-2]} differ")
+    if (x.ndim >= 2 and other.ndim >= 2 and x.dtype is other.dtype and x.dtype.is_float
+            and x.dtype not in reduce.HALF_FLOATS and x.shape[-1] <= reduce.SPLIT_ABOVE and not type(x).no_grad):
+        return _matmul_nodes(x, other)
+    return _matmul_by_tensors(x, other, a, b)
+
+
+def _matmul_by_tensors(x: Tensor, other: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """matmul op by op through Tensors (`a`, `b`: the operands with 1-D ones given an axis)."""
     dt = result_dtype(x.dtype, other.dtype)
     n, k, m = a.shape[-2], a.shape[-1], b.shape[-1]
     left = a.reshape(*a.shape[:-2], n, 1, k)
@@ -50,6 +58,21 @@ def matmul(x: Tensor, other: Tensor) -> Tensor:
     if other.ndim == 1:
         product = product.squeeze(-1)
     return product
+
+
+def _matmul_nodes(x: Tensor, other: Tensor) -> Tensor:
+    """The graph `_matmul_by_tensors` builds through ~8 Tensors, as one chain of nodes in one Tensor, for the
+    common case: two operands of one float dtype (no cast, no float32 widening), at least 2-D, and a reduce
+    axis short enough that the sum is one REDUCE (not blocked). Not under no_grad, where the op-by-op form wraps
+    its first ops in gradient stops (lazy.py)."""
+    n, k, m = x.shape[-2], x.shape[-1], other.shape[-1]
+    left = lazy.movement(x.uop, Ops.RESHAPE, (*x.shape[:-2], n, 1, k))
+    swap = (*range(other.ndim - 2), other.ndim - 1, other.ndim - 2)  # other.transpose(-1, -2)
+    right = lazy.movement(lazy.movement(other.uop, Ops.PERMUTE, swap), Ops.RESHAPE, (*other.shape[:-2], 1, m, k))
+    shape = broadcast_shapes(lazy.shape_of(left), lazy.shape_of(right))
+    product = lazy.broadcast_uop(left, shape).alu(Ops.MUL, lazy.broadcast_uop(right, shape))
+    summed = UOp(Ops.REDUCE, product.dtype, (product,), (Ops.ADD, (len(shape) - 1,)))  # .sum(-1)
+    return x._new(lazy.movement(summed, Ops.RESHAPE, shape[:-1]), other)
 
 
 def dot(x: Tensor, other: Tensor) -> Tensor:
