@@ -1,7 +1,8 @@
 """Graphs built without a Tensor per op: ops with a Python scalar put the constant straight into the graph
-(elementwise._scalar_alu); polynomials (transcendental._horner), blocked sums (reduce._blocked_sum), embedding
-lookups (gather.embedding_rows) and matmuls (linear._matmul_nodes) build one chain of nodes. Each must give
-exactly the graph, dtype, inputs and requires_grad of the op-by-op path through Tensors, under every grad mode."""
+(elementwise._scalar_alu, _where_scalar); polynomials (transcendental._horner), blocked sums
+(reduce._blocked_sum), embedding lookups (gather.embedding_rows) and matmuls (linear._matmul_nodes) build one
+chain of nodes. Each must give exactly the graph, dtype, inputs and requires_grad of the op-by-op path through
+Tensors, under every grad mode."""
 
 from __future__ import annotations
 
@@ -173,3 +174,19 @@ def make_shaped(shape: tuple[int, ...], kind: str, setting: str) -> Tensor:
     elif setting == "no_grad_leaf":
         t.requires_grad_(False)
     return t
+
+
+@pytest.mark.parametrize(("cond_shape", "shape"), [((2, 3), (2, 3)), ((2, 1, 3), (3,)), ((3,), (2, 3)), ((), (2, 3))])
+@pytest.mark.parametrize("cond_kind", ["bool", "float32", "int32"])
+@pytest.mark.parametrize("kind", ["float32", "int32", "bool", "float16"])
+@pytest.mark.parametrize("value", [0.0, -1, True, float("inf")], ids=repr)
+@pytest.mark.parametrize("tensor_first", [True, False])
+def test_where_with_a_scalar_branch_builds_the_op_by_op_graph(cond_shape: tuple[int, ...], shape: tuple[int, ...],
+                                                              cond_kind: str, kind: str, value: float | bool,
+                                                              tensor_first: bool, grad_setting: str) -> None:
+    cond = make_shaped(cond_shape, cond_kind, "undecided")  # a bool data tensor is undecided: it can decide
+    branch = make_shaped(shape, kind, grad_setting)
+    for c in (cond, cond.lt(1)):
+        for v in (branch, branch.mul(2)):
+            x, y = (v, value) if tensor_first else (value, v)
+            same(c.where(x, y), elementwise._where_by_tensors(c._cast_to(dtypes.bool), x, y))

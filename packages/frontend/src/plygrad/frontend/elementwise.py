@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Literal
 
-from plygrad.frontend.lazy import LazyTensor, Scalar, const_uop
+from plygrad.frontend.lazy import LazyTensor, Scalar, broadcast_uop, const_uop
 from plygrad.ir import (
     DType,
     DTypeError,
@@ -185,6 +185,33 @@ def minimum(t: Tensor, other: Tensor | Scalar) -> Tensor:
 def where(t: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
     """`self ? x : y` elementwise, broadcasting all three; `self` is read as bool."""
     cond = t._cast_to(dtypes.bool)
+    if not type(t).no_grad and isinstance(x, LazyTensor) != isinstance(y, LazyTensor):
+        value = y if isinstance(x, LazyTensor) else x
+        if isinstance(value, (bool, int, float)):
+            return _where_scalar(cond, x, y)
+    return _where_by_tensors(cond, x, y)
+
+
+def _where_scalar(cond: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
+    """`where` with one Python scalar branch: the graph `_where_by_tensors` builds, without a Tensor for the
+    constant or for the three broadcasts. The result's requires_grad is decided by the tensor branch and by
+    `cond` where it is used unbroadcast, as the op-by-op form decides it (a broadcast bool is never a candidate
+    for a gradient). Not under no_grad, where the op-by-op form wraps its broadcasts in gradient stops."""
+    tensor, value = (x, y) if isinstance(x, LazyTensor) else (y, x)
+    assert isinstance(tensor, LazyTensor) and not isinstance(value, LazyTensor)
+    branch = tensor._cast_to(_scalar_dtype(tensor.dtype, value))
+    const = const_uop(branch.dtype, value, tensor.shape)
+    shape = broadcast_shapes(cond.shape, branch.shape)
+    when_true, when_false = (branch.uop, const) if tensor is x else (const, branch.uop)
+    node = UOp(Ops.WHERE, branch.dtype, (broadcast_uop(cond.uop, shape), broadcast_uop(when_true, shape),
+                                         broadcast_uop(when_false, shape)))
+    deciding = (branch, cond) if cond.shape == shape else (branch,)
+    node, requires_grad = branch._derived_grad(node, *deciding)
+    return branch._make(node, branch.device, branch.inputs | cond.inputs, requires_grad)
+
+
+def _where_by_tensors(cond: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
+    """`where` op by op through Tensors (`cond` already read as bool)."""
     if isinstance(x, LazyTensor):
         a, b = _operands(x, y, op="where")
     elif isinstance(y, LazyTensor):
