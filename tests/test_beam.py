@@ -156,3 +156,22 @@ def test_runtime_and_codegen_write_the_same_opts_bytes() -> None:
     opts = (Opt(OptOps.UNROLL, 2, 4), Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.THREAD, 0, 2))
     assert opts_to_bytes(opts) == beam.opts_bytes(opts)
     assert opts_from_bytes(beam.opts_bytes(opts)) == opts == beam.opts_from_bytes(opts_to_bytes(opts))
+
+
+def test_a_candidate_that_recomputes_a_reduction_is_never_run(fresh: None, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # TILE of a softmax's rows nests the columns' loop outside the row tile, so the row's max and sum would be
+    # recomputed for every column (codegen's estimate: hundreds of times the work): such a list is skipped, never
+    # run (a launch of one on a big softmax takes minutes, and nothing can stop a launch). The search is given two
+    # actions, so it is short: the harmful one and a harmless one
+    monkeypatch.setattr(beam, "actions", lambda target, axes: [Opt(OptOps.TILE, 0, 8), Opt(OptOps.UPCAST, 0, 2)])
+    monkeypatch.setenv("BEAM", "2")
+    monkeypatch.setenv("DEBUG", "3")
+    x = _f32(np.random.default_rng(2), 32, 256)
+    got = Tensor(x).softmax(1).numpy()
+    shifted = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(got, shifted / shifted.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("    BEAM ")]
+    skipped = [line for line in lines if " skipped " in line]
+    assert skipped and all("TILE(axis=0, amount=8)" in line for line in skipped), lines
+    assert any("UPCAST(axis=0, amount=2)" in line and " skipped " not in line for line in lines), lines

@@ -13,8 +13,11 @@ kernel per machine, and from then on lowers the kernel with the fastest list it 
    most are never wanted again), then run one after another on scratch buffers: the minimum of `RUNS` runs.
 4. The n fastest become the next beam. The search ends when a round finds nothing faster than the best so far by
    `MIN_PROGRESS`, when BEAM_TIMEOUT seconds have passed (checked between candidates: the two starting points are
-   always timed), or when BEAM_MAX_CANDIDATES distinct programs have been timed. A progress line on stderr names
-   the kernel, the programs timed and the best time; DEBUG>=3 prints every candidate.
+   always timed), or when BEAM_MAX_CANDIDATES distinct programs have been timed. A candidate whose estimated
+   operations (`ProgramInfo.ops`) exceed OPS_GROWTH_MAX times the seeds' is never run: a launch cannot be stopped
+   once started, and such a list recomputes a reduction inside a loop it does not depend on (a softmax's rows
+   TILEd: 2000x the work, minutes per launch). A progress line on stderr names the kernel, the programs timed
+   and the best time; DEBUG>=3 prints every candidate.
 
 The winner is a record of the program cache (folder "beam", the same entry format and healing as binaries) under a
 key hashing the kernel bytes, the target bytes, the lowering engine (its name, entry point and distribution
@@ -76,6 +79,7 @@ SEARCH_VERSION: Final = 2  # part of every key: changing the actions or the timi
 RUNS: Final = 3  # timed runs per candidate; the minimum is its time (the first run also pays for page faults)
 MIN_PROGRESS: Final = 0.01  # a round must beat the best so far by 1% to go on (less is timing noise)
 SLOWER_STOP: Final = 3.0  # a candidate whose first run takes 3x the best so far is not run again
+OPS_GROWTH_MAX: Final = 2.0  # a candidate estimated to do more than 2x the seeds' operations is never run
 SPLIT_AMOUNTS: Final = (2, 3, 4, 8, 16)  # UPCAST and UNROLL; the target's vector widths are added
 LOCAL_AMOUNTS: Final = (2, 4, 8, 16, 32, 64, 128, 256)
 TILE_AMOUNTS: Final = (8, 16, 32)  # row blocks of a CPU matmul (codegen's tiles.py)
@@ -286,6 +290,8 @@ class Search:
         self.by_source: dict[str, float | None] = {}  # lists that render the same program are timed once
         self.timed = 0
         self.best = math.inf
+        self.seed_ops = 0  # the fewer estimated operations of the two seeds (ProgramInfo.ops)
+        self.skipped = 0  # candidates not run for doing far more work than the seeds
         self.stopped = ""  # why the search ended before the beam stopped improving
         self.handles: list[Any] = []
         self.vals: tuple[int, ...] = ()
@@ -343,6 +349,7 @@ class Search:
                 break
             best = beam[0]
         stop = f", stopped: {self.stopped}" if self.stopped else ""
+        stop += f", {self.skipped} skipped for recomputing" if self.skipped else ""
         self.progress.finish(f"{self.timed} programs in {time.perf_counter() - self.start:.1f} s, best "
                              f"{_us(best.seconds)} (default {_us(default)}){stop}, opts: {opts_text(best.opts)}")
         return best.opts
@@ -365,6 +372,10 @@ class Search:
             if not seeds and self._out_of_budget():
                 break
             lowered = [c for c in (self._lower(opts) for opts in pending[start:start + chunk]) if c is not None]
+            if seeds:
+                self.seed_ops = min((c.info.ops for c in lowered if c.info.ops > 0), default=0)
+            else:
+                lowered = [c for c in lowered if not self._recomputes(c)]
             fresh = list(dict.fromkeys(c.source for c in lowered if c.source not in self.by_source))
             if not seeds:
                 fresh = fresh[:max(self.cap - self.timed, 0)]
@@ -386,6 +397,20 @@ class Search:
                     print(f"    BEAM {self.name:<24} {_us(seconds) if seconds is not None else 'failed':>12}  "
                           f"{opts_text(cand.opts)}")
         return results
+
+    def _recomputes(self, cand: _Lowered) -> bool:
+        """Whether `cand` is estimated to do more than OPS_GROWTH_MAX times the seeds' work: an action that moves a
+        loop inside one a reduction does not depend on (TILE of a softmax's rows: its max and sum are then
+        recomputed for every column, 2000x the work) would hold the search for minutes in one launch that nothing
+        can interrupt. Such a list is recorded as unusable, never run."""
+        if not self.seed_ops or cand.info.ops <= OPS_GROWTH_MAX * self.seed_ops:
+            return False
+        self.tried[cand.opts] = None
+        self.skipped += 1
+        if self.debug >= 3:
+            print(f"    BEAM {self.name:<24} {'skipped':>12}  {opts_text(cand.opts)} (estimated "
+                  f"{cand.info.ops / self.seed_ops:.0f}x the operations)")
+        return True
 
     def _lower(self, opts: tuple[Opt, ...]) -> _Lowered | None:
         try:
