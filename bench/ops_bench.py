@@ -1,7 +1,7 @@
 """Tensor-op benchmarks: plygrad (frontend -> scheduler -> codegen -> CPU backend) beside NumPy, PyTorch (CPU)
 and tinygrad (CPU device), all measured in the same run on the same machine.
 
-Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE]
+Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE] [--beam N]
 
 Figures are medians of N timed runs after one warm-up run (which compiles plygrad's and tinygrad's kernels; the
 program caches serve the timed runs). The libraries take turns case by case (every library runs a case before the
@@ -15,20 +15,23 @@ The cases the CPU work (issue #9) tracks: matmul 1024/2048, a transformer's line
 (8, 128, 384) and W of (384, 1536), its attention scores `q @ k^T` for 8 x 12 heads of (128, 64), layernorm of
 4096 x 4096, and a 3x3 conv2d of a (32, 64, 56, 56) batch with 64 output channels (padding 1). `--json FILE` also
 writes every figure as a list of `{"case", "unit", "lib", "median"}` (median: the figure in that unit, null where
-the library has no such case or failed) so runs of different commits can be compared by a script. No timing is
+the library has no such case or failed) so runs of different commits can be compared by a script. `--beam N`
+runs plygrad's kernels with BEAM=N (each kernel searched once per machine, a minute at most by default, then read
+from the program cache; the warm-up call pays for the search), NumPy, PyTorch and tinygrad as they are. No timing is
 asserted: this prints a table to read and compare.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # tinygrad: use its CPU device (0.14 reads DEV; older releases CPU=1), read when tinygrad is imported
@@ -193,8 +196,27 @@ LIBRARIES: dict[str, Callable[[Arrays], dict[str, Runner]]] = {
 }
 
 
-def measure(cases: list[str], arrays: Arrays, runs: int) -> tuple[dict[str, dict[str, float | None]], list[str]]:
-    """Every library's figure for every case (None: the library has no such case or it failed), case by case."""
+@contextlib.contextmanager
+def plygrad_beam(width: int) -> Iterator[None]:
+    """BEAM=width in the environment for the duration (plygrad reads it at each kernel's first lowering)."""
+    if width <= 0:
+        yield
+        return
+    before = os.environ.get("BEAM")
+    os.environ["BEAM"] = str(width)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["BEAM"]
+        else:
+            os.environ["BEAM"] = before
+
+
+def measure(cases: list[str], arrays: Arrays, runs: int,
+            beam: int = 0) -> tuple[dict[str, dict[str, float | None]], list[str]]:
+    """Every library's figure for every case (None: the library has no such case or it failed), case by case.
+    `beam`: plygrad's BEAM width, set only while plygrad runs (tinygrad reads its own BEAM once, at import)."""
     results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
     notes = [note for note in (ensure_clang(),) if note]
     runners: dict[str, dict[str, Runner]] = {}
@@ -211,7 +233,8 @@ def measure(cases: list[str], arrays: Arrays, runs: int) -> tuple[dict[str, dict
             n = max(1, runs if not case.startswith("matmul2048") else min(runs, 3))
             n = n * 20 if case == "eager" else n
             try:
-                results[lib][case] = figure(case, median_seconds(lib_runners[case], n))
+                with plygrad_beam(beam if lib == "plygrad" else 0):
+                    results[lib][case] = figure(case, median_seconds(lib_runners[case], n))
             except Exception as exc:
                 notes.append(f"{lib} {case}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
                 continue
@@ -225,18 +248,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skip matmul 2048 (slow on a small machine)")
     parser.add_argument("--only", nargs="+", choices=sorted(WORK), help="run only these cases")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
+    parser.add_argument("--beam", type=int, default=0, metavar="N",
+                        help="plygrad's kernels with BEAM=N (searched once per machine, then read from the cache); "
+                             "the other libraries as they are")
     args = parser.parse_args()
     sizes = MATMUL_SIZES[:-1] if args.quick else MATMUL_SIZES
     cases = [c for c in WORK if not c.startswith("matmul") or int(c[6:]) in sizes]
     if args.only:
         cases = [c for c in cases if c in args.only]
     arrays = make_arrays(tuple(int(c[6:]) for c in cases if c.startswith("matmul")))
-    results, notes = measure(cases, arrays, args.runs)
+    results, notes = measure(cases, arrays, args.runs, args.beam)
 
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
           f"{platform.system()} {platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}")
-    print(f"medians of {args.runs} runs after a warm-up (eager: {args.runs * 20} runs); higher is better except us")
+    print(f"medians of {args.runs} runs after a warm-up (eager: {args.runs * 20} runs); higher is better except us"
+          + (f"; plygrad with BEAM={args.beam}" if args.beam > 0 else ""))
     print()
     print(f"| {'op':44s} | {'unit':7s} | " + " | ".join(f"{lib:>10s}" for lib in LIBRARIES) + " |")
     print("|" + "-" * 46 + "|" + "-" * 9 + "|" + "|".join("-" * 12 for _ in LIBRARIES) + "|")
