@@ -199,16 +199,20 @@ def conv1d(cout: int, cin: int, width: int, ks: int = 3) -> UOp:
     return sink(UOp(Ops.END, dtypes.void, (store(out, o * width + p, total), o, p)), name="conv1d")
 
 
+def _padded_pixel(x: UOp, cin: int, size: int, n: UOp, c: UOp, yy: UOp, xx: UOp) -> UOp:
+    """in[n, c, yy, xx] of a (batch, cin, size, size) image, 0 outside it (a gated load: padding 1)."""
+    low = UOp.const(dtypes.index, -1)
+    inside = (low < yy).alu(Ops.AND, yy < size).alu(Ops.AND, low < xx).alu(Ops.AND, xx < size)
+    return load(x, n * (cin * size * size) + c * (size * size) + yy * size + xx, inside)
+
+
 def conv2d(batch: int, cout: int, cin: int, size: int, ks: int = 3) -> UOp:
     """out[n, o, y, x] = sum_c,i,j w[o, c, i, j] * in[n, c, y + i - 1, x + j - 1], zero outside (padding 1)."""
     out, x, w = param(0, F32, batch * cout * size * size), param(1, F32, batch * cin * size * size), \
         param(2, F32, cout * cin * ks * ks)
     n, o, py, px, c, i, j = (loop(batch, 0), loop(cout, 1), loop(size, 2), loop(size, 3), red(cin, 4), red(ks, 5),
                              red(ks, 6))
-    yy, xx = py + i - 1, px + j - 1
-    low = UOp.const(dtypes.index, -1)
-    inside = (low < yy).alu(Ops.AND, yy < size).alu(Ops.AND, low < xx).alu(Ops.AND, xx < size)
-    pixel = load(x, n * (cin * size * size) + c * (size * size) + yy * size + xx, inside)
+    pixel = _padded_pixel(x, cin, size, n, c, py + i - 1, px + j - 1)
     total = UOp(Ops.REDUCE, F32, (load(w, o * (cin * ks * ks) + c * (ks * ks) + i * ks + j) * pixel, c, i, j),
                 Ops.ADD)
     index = n * (cout * size * size) + o * (size * size) + py * size + px
@@ -222,10 +226,7 @@ def conv2d_weight_grad(batch: int, cout: int, cin: int, size: int, ks: int = 3) 
         param(2, F32, batch * cin * size * size)
     o, c, i, j, n, py, px = (loop(cout, 0), loop(cin, 1), loop(ks, 2), loop(ks, 3), red(batch, 4), red(size, 5),
                              red(size, 6))
-    yy, xx = py + i - 1, px + j - 1
-    low = UOp.const(dtypes.index, -1)
-    inside = (low < yy).alu(Ops.AND, yy < size).alu(Ops.AND, low < xx).alu(Ops.AND, xx < size)
-    pixel = load(x, n * (cin * size * size) + c * (size * size) + yy * size + xx, inside)
+    pixel = _padded_pixel(x, cin, size, n, c, py + i - 1, px + j - 1)
     grad = load(g, n * (cout * size * size) + o * (size * size) + py * size + px)
     total = UOp(Ops.REDUCE, F32, (grad * pixel, n, py, px), Ops.ADD)
     index = o * (cin * ks * ks) + c * (ks * ks) + i * ks + j
