@@ -219,7 +219,7 @@ ERRORS = [
     ("where", lambda: UOp(Ops.WHERE, dtypes.float32, (UOp(Ops.CMPLT, dtypes.bool, (tensor((2,)), tensor((2,)))),
                                                       tensor((2,)), tensor((1,)))), "WHERE got sources of shapes"),
     ("two-sources", lambda: UOp(Ops.RESHAPE, dtypes.float32, (tensor((2,)), tensor((2,))), (2,)),
-     "RESHAPE takes one source, got 2"),
+     "RESHAPE takes one source (and, for a symbolic size, its scalar expressions), got 2"),
     ("buffer-arg", lambda: UOp(Ops.BUFFER, dtypes.float32, (), 16), "BUFFER needs a BufferRef"),
 ]
 

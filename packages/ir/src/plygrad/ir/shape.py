@@ -2,6 +2,13 @@
 
 The IR never broadcasts implicitly: elementwise ops need sources of one shape, and the frontend inserts the
 RESHAPE/EXPAND that `broadcast_shapes` computes. That keeps every kernel's index math explicit in the graph.
+
+Symbolic sizes (docs/ir.md §4.3): a size of RESHAPE/EXPAND, or an amount of PAD/SHRINK, may be an index-dtype
+scalar expression over variables (DEFINE_VAR, or a BIND of one). Such an entry is `None` in the argument and its
+expression is the node's next extra source, in order: `RESHAPE(x, n)` with arg `(3, None)` has shape `(3, n)`. A
+shape then holds that expression (a UOp) where it would hold an int; sizes are kept simplified, so two equal sizes
+are the same node. Checks on symbolic sizes reject only what is wrong for every value of the variables, and a
+RESHAPE to a symbolic shape reads the row-major prefix of its source (the frontend checks sizes at bound values).
 """
 
 from __future__ import annotations
@@ -52,12 +59,122 @@ def _broadcast(shapes: tuple[Shape, ...]) -> Shape:
 
 
 def _is_dims(arg: Any) -> bool:
-    return isinstance(arg, tuple) and all(type(n) is int and n >= 0 for n in arg)
+    return isinstance(arg, tuple) and all(n >= 0 if type(n) is int else is_size_expr(n) for n in arg)
+
+
+def is_size_expr(x: Any) -> bool:
+    """Whether `x` is a symbolic size: a UOp of the index dtype (shape.py cannot import UOp: uop.py imports it)."""
+    return hasattr(x, "op") and getattr(x.dtype, "name", None) == "index"
+
+
+def is_symbolic(shape: Shape) -> bool:
+    """Whether some size of `shape` is a symbolic expression rather than an int."""
+    return not _JUST_INT.issuperset(map(type, shape))  # C-level: lowering asks this for every view
+
+
+_JUST_INT: Final = frozenset({int})
+
+
+def _sized(value: Any) -> Any:
+    """A size expression simplified, or its int where it simplifies to a constant."""
+    from plygrad.ir.symbolic import simplify
+    found = simplify(value)
+    return int(found.arg) if found.op is Ops.CONST else found
+
+
+def dim_add(a: Any, b: Any) -> Any:
+    """a + b for sizes (ints or index expressions)."""
+    if type(a) is int and type(b) is int:
+        return a + b
+    if type(b) is int and b == 0:
+        return a
+    return b if type(a) is int and a == 0 else _sized(a + b if type(a) is not int else b + a)
+
+
+def dim_sub(a: Any, b: Any) -> Any:
+    """a - b for sizes."""
+    if type(a) is int and type(b) is int:
+        return a - b
+    return a if type(b) is int and b == 0 else _sized(a + b * -1 if type(a) is not int else b * -1 + a)
+
+
+def dim_prod(dims: Any) -> Any:
+    """The product of sizes: an int when every size is one."""
+    total: Any = 1
+    symbolic: Any = None
+    for d in dims:
+        if type(d) is int:
+            total *= d
+        else:
+            symbolic = d if symbolic is None else symbolic * d
+    if symbolic is None or total == 0:
+        return total
+    return symbolic if total == 1 else _sized(symbolic * total)
+
+
+def dim_max(d: Any) -> int:
+    """The largest value a size can take (itself for an int)."""
+    return d if type(d) is int else int(d.vmax)
+
+
+def max_shape(shape: Shape) -> tuple[int, ...]:
+    """`shape` with each symbolic size at its largest value: what memory for it must hold."""
+    return tuple(dim_max(d) for d in shape)
+
+
+def _always_negative(d: Any) -> bool:
+    """Whether size expression `d` is negative for every value of its variables (an int: whether it is < 0)."""
+    return d < 0 if type(d) is int else d.vmax < 0
+
+
+_DIM_SYMBOLS: Final = {Ops.ADD: "+", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.MAX: " max "}
+
+
+def dim_text(d: Any) -> str:
+    """A size as text: an int, or its expression with variables by name (`n`, `(n*3+2)`)."""
+    if type(d) is int or not is_size_expr(d):
+        return repr(d)
+    if d.op is Ops.CONST:
+        return str(d.arg)
+    if d.op in (Ops.DEFINE_VAR, Ops.BIND):
+        return str((d if d.op is Ops.DEFINE_VAR else d.src[0]).arg[0])
+    symbol = _DIM_SYMBOLS.get(d.op)
+    if symbol is None or len(d.src) != 2:
+        return f"{d.op.name}({', '.join(dim_text(s) for s in d.src)})"
+    return f"({dim_text(d.src[0])}{symbol}{dim_text(d.src[1])})"
+
+
+def shape_text(shape: Any) -> str:
+    """A shape (or argument) as text, symbolic sizes by `dim_text`."""
+    if isinstance(shape, tuple):
+        inner = ", ".join(shape_text(v) for v in shape)
+        return f"({inner},)" if len(shape) == 1 else f"({inner})"
+    return dim_text(shape)
+
+
+def resolved_arg(node: UOp) -> Any:
+    """A movement node's argument with each None entry replaced by the next of its extra sources, in order."""
+    extra = node.src[1:]
+    arg = node.arg
+    if not extra:
+        return arg
+    wanted = sum(p.count(None) for p in arg if type(p) is tuple) if node.op in (Ops.PAD, Ops.SHRINK) else \
+        (arg.count(None) if type(arg) is tuple else 0)
+    if wanted != len(extra):
+        raise ShapeError(f"{node.op.name} has {len(extra)} symbolic size sources but its argument {arg!r} has "
+                         f"{wanted} None entries")
+    it = iter(extra)
+    if node.op in (Ops.PAD, Ops.SHRINK):
+        out: Any = tuple(tuple(next(it) if v is None else v for v in p) if type(p) is tuple else p for p in arg)
+    else:
+        out = tuple(next(it) if v is None else v for v in arg)
+    return out
 
 
 def _check_pairs(op: Ops, arg: Any, shape: Shape) -> tuple[tuple[int, int], ...]:
     if not (isinstance(arg, tuple) and len(arg) == len(shape)
-            and all(isinstance(p, tuple) and len(p) == 2 and all(type(n) is int for n in p) for p in arg)):
+            and all(isinstance(p, tuple) and len(p) == 2 and all(type(n) is int or is_size_expr(n) for n in p)
+                    for p in arg)):
         raise ShapeError(f"{op.name} of shape {shape} needs one (int, int) pair per axis, got {arg!r}")
     return arg
 
@@ -65,6 +182,8 @@ def _check_pairs(op: Ops, arg: Any, shape: Shape) -> tuple[tuple[int, int], ...]
 def _reshape(arg: Any, shape: Shape) -> Shape:
     if not _is_dims(arg):
         raise ShapeError(f"RESHAPE needs a tuple of non-negative ints, got {arg!r}")
+    if is_symbolic(arg) or is_symbolic(shape):
+        return tuple(arg)  # a prefix read: the frontend checks the sizes at the variables' bound values
     if math.prod(arg) != math.prod(shape):
         raise ShapeError(f"RESHAPE from {shape} to {arg}: sizes {math.prod(shape)} and {math.prod(arg)} differ")
     return tuple(arg)
@@ -83,23 +202,26 @@ def _expand(arg: Any, shape: Shape) -> Shape:
                          "(RESHAPE first to add axes)")
     for axis, (old, new) in enumerate(zip(shape, arg, strict=True)):
         if old not in (new, 1):
-            raise ShapeError(f"EXPAND from {shape} to {arg}: axis {axis} has size {old}, only size 1 can expand")
+            raise ShapeError(f"EXPAND from {shape_text(shape)} to {shape_text(arg)}: axis {axis} has size "
+                             f"{dim_text(old)}, only size 1 can expand")
     return tuple(arg)
 
 
 def _pad(arg: Any, shape: Shape) -> Shape:
     pairs = _check_pairs(Ops.PAD, arg, shape)
-    if any(b < 0 or a < 0 for b, a in pairs):
-        raise ShapeError(f"PAD of shape {shape}: padding must be non-negative, got {arg!r} (use SHRINK to cut)")
-    return tuple(n + b + a for n, (b, a) in zip(shape, pairs, strict=True))
+    if any(_always_negative(b) or _always_negative(a) for b, a in pairs):
+        raise ShapeError(f"PAD of shape {shape_text(shape)}: padding must be non-negative, got {shape_text(arg)} "
+                         "(use SHRINK to cut)")
+    return tuple(dim_add(dim_add(n, b), a) for n, (b, a) in zip(shape, pairs, strict=True))
 
 
 def _shrink(arg: Any, shape: Shape) -> Shape:
     pairs = _check_pairs(Ops.SHRINK, arg, shape)
     for axis, (n, (start, end)) in enumerate(zip(shape, pairs, strict=True)):
-        if not 0 <= start <= end <= n:
-            raise ShapeError(f"SHRINK of shape {shape}: axis {axis} range ({start}, {end}) is outside 0..{n}")
-    return tuple(end - start for start, end in pairs)
+        if _always_negative(start) or _always_negative(dim_sub(end, start)) or _always_negative(dim_sub(n, end)):
+            raise ShapeError(f"SHRINK of shape {shape_text(shape)}: axis {axis} range ({dim_text(start)}, "
+                             f"{dim_text(end)}) is outside 0..{dim_text(n)}")
+    return tuple(dim_sub(end, start) for start, end in pairs)
 
 
 def _flip(arg: Any, shape: Shape) -> Shape:
@@ -122,6 +244,8 @@ MOVEMENT_SHAPES: Final[dict[Ops, Callable[[Any, Shape], Shape]]] = {
     Ops.RESHAPE: _reshape, Ops.PERMUTE: _permute, Ops.EXPAND: _expand, Ops.PAD: _pad, Ops.SHRINK: _shrink,
     Ops.FLIP: _flip, Ops.REDUCE: _reduce,
 }
+# the movement ops that take symbolic sizes as extra sources
+SYMBOLIC_MOVEMENT: Final = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})
 # ops whose shape is their (single or all-equal) sources' shape
 SAME_SHAPE_OPS: Final = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN}
 
@@ -140,11 +264,13 @@ def infer_shape(node: UOp) -> Shape | None:
     if any(s is None for s in src_shapes):
         return None
     if op in MOVEMENT_SHAPES:
-        if len(src_shapes) != 1:
-            raise ShapeError(f"{op.name} takes one source, got {len(src_shapes)}")
-        shape = src_shapes[0]
-        assert shape is not None
-        return MOVEMENT_SHAPES[op](node.arg, shape)
+        shape = src_shapes[0] if src_shapes else None
+        if len(src_shapes) == 1 and shape is not None:
+            return MOVEMENT_SHAPES[op](node.arg, shape)
+        if op not in SYMBOLIC_MOVEMENT or shape is None or any(s != () for s in src_shapes[1:]):
+            raise ShapeError(f"{op.name} takes one source (and, for a symbolic size, its scalar expressions), got "
+                             f"{len(src_shapes)}")
+        return MOVEMENT_SHAPES[op](resolved_arg(node), shape)
     if op in SAME_SHAPE_OPS:
         if not src_shapes:
             raise ShapeError(f"{op.name} needs sources")

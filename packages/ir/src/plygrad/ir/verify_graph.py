@@ -88,8 +88,37 @@ def _define_var_arg(node: UOp) -> str | None:
 def _dims_arg(node: UOp) -> str | None:
     arg = node.arg
     if is_int_tuple(arg) and (not arg or min(arg) >= 0):
-        return None
-    return f"needs a tuple of non-negative ints, got {show(arg)}"
+        return None if len(node.src) == 1 else _symbolic_sizes(node, 0)
+    if type(arg) is tuple and all(v is None or (type(v) is int and v >= 0) for v in arg):
+        return _symbolic_sizes(node, arg.count(None))
+    return f"needs a tuple of non-negative ints (None for a symbolic size), got {show(arg)}"
+
+
+def _size_pairs_arg(node: UOp) -> str | None:
+    arg = node.arg
+    if is_int_pairs(arg):
+        return None if len(node.src) == 1 else _symbolic_sizes(node, 0)
+    if type(arg) is tuple and all(type(p) is tuple and len(p) == 2 and all(v is None or type(v) is int for v in p)
+                                  for p in arg):
+        return _symbolic_sizes(node, sum(p.count(None) for p in arg))
+    return f"needs a tuple of (int, int) pairs (None for a symbolic amount), got {show(arg)}"
+
+
+_SIZE_LEAVES: Final = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
+
+
+def _symbolic_sizes(node: UOp, wanted: int) -> str | None:
+    """A movement op's extra sources are its symbolic sizes, one per None of its argument: index-dtype expressions
+    of constants and variables (shape.py)."""
+    extra = node.src[1:]
+    if len(extra) != wanted:
+        return f"has {wanted} symbolic size{'s' if wanted != 1 else ''} (None entries) but {len(extra)} size sources"
+    for i, size in enumerate(extra, 1):
+        for n in size.toposort:
+            if n.dtype is not dtypes.index or not (n.op in _SIZE_LEAVES or n.op in GroupOp.ALU):
+                return (f"src[{i}] must be a size: an index-dtype expression of CONST, DEFINE_VAR and BIND, but it "
+                        f"holds a {n.op.name} of dtype {dtype_word(n.dtype)}")
+    return None
 
 
 def _permute_arg(node: UOp) -> str | None:
@@ -401,8 +430,8 @@ def _alu_row(arity: int) -> Row:
 
 
 _MOVEMENT_ARG: Final[dict[Ops, Check]] = {
-    Ops.RESHAPE: _dims_arg, Ops.EXPAND: _dims_arg, Ops.PERMUTE: _permute_arg, Ops.PAD: _pairs_arg,
-    Ops.SHRINK: _pairs_arg, Ops.FLIP: _flip_arg,
+    Ops.RESHAPE: _dims_arg, Ops.EXPAND: _dims_arg, Ops.PERMUTE: _permute_arg, Ops.PAD: _size_pairs_arg,
+    Ops.SHRINK: _size_pairs_arg, Ops.FLIP: _flip_arg,
 }
 
 GRAPH_RULES: Final[dict[Ops, Row]] = {
@@ -412,7 +441,8 @@ GRAPH_RULES: Final[dict[Ops, Row]] = {
     Ops.CONST: Row(0, 0, (_const_arg,)),
     Ops.DEFINE_VAR: Row(0, 0, (_var_dtype, _define_var_arg)),
     Ops.BIND: Row(2, 2, (arg_none, _var_dtype, _same_as_src0, _sources_same_dtype)),
-    **{op: Row(1, 1, (check, _value_like_src0)) for op, check in _MOVEMENT_ARG.items()},
+    **{op: Row(1, 1 if op in (Ops.PERMUTE, Ops.FLIP) else ANY, (check, _value_like_src0))
+       for op, check in _MOVEMENT_ARG.items()},
     Ops.CONTIGUOUS: Row(1, 1, (arg_none, _value_like_src0)),
     Ops.COPY: Row(0, 1, (_copy_form,)),
     Ops.ASSIGN: Row(2, 2, (arg_none, _value_like_src0, _sources_same_dtype)),

@@ -14,7 +14,7 @@ from typing import Final, NamedTuple
 from plygrad.ir.dtype import PtrDType, dtypes
 from plygrad.ir.errors import IRVerifyError, ShapeError
 from plygrad.ir.ops import AxisType, GroupOp, Ops
-from plygrad.ir.shape import MOVEMENT_SHAPES, SAME_SHAPE_OPS, Shape
+from plygrad.ir.shape import MOVEMENT_SHAPES, SAME_SHAPE_OPS, Shape, resolved_arg
 from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
 from plygrad.ir.verify_graph import Check
@@ -130,10 +130,10 @@ def tensor_shapes(order: Sequence[UOp]) -> tuple[int, str] | None:
                                          "EXPAND them to broadcast_shapes(...) first")
                 shapes[node] = first
             elif op in movement:
-                key = (op, node.arg, shapes[node.src[0]])
+                key = (op, node.arg, shapes[node.src[0]], node.src[1:])
                 found = views.get(key)
                 if found is None:
-                    found = views[key] = movement[op](node.arg, key[2])
+                    found = views[key] = movement[op](resolved_arg(node) if len(node.src) > 1 else node.arg, key[2])
                 shapes[node] = found
             elif op in scalar_shaped:
                 shapes[node] = ()
