@@ -80,8 +80,8 @@ _CACHE_LOCK: Final = threading.RLock()  # reentrant: a garbage collection inside
 
 def _forget(ref: weakref.ReferenceType[UOp]) -> None:
     """A cached node died: drop its entry, unless the key already belongs to a node built since."""
-    assert isinstance(ref, _NodeRef)
     try:
+        assert isinstance(ref, _NodeRef)
         with _CACHE_LOCK:
             cache = UOp._cache
             if cache.get(ref.key) is ref:
