@@ -167,6 +167,43 @@ def find_violations(sink: UOp, sizes: Sequence[int]) -> list[Violation]:
     return violations
 
 
+def size_variables(sink: UOp) -> tuple[str, ...]:
+    """The names of the variables an address, gate or loop bound of `sink` depends on (symbolic sizes), sorted.
+    A kernel with some is checked at each distinct set of their values (`DeferredBounds`): proved over the
+    variables' whole ranges, a symbolic view of an input sized for one value would be refused."""
+    names: set[str] = set()
+    for node in sink.toposort:
+        if node.op is Ops.INDEX:
+            for src in node.src[1:]:
+                names.update(str(n.arg[0]) for n in src.toposort if n.op is Ops.DEFINE_VAR)
+    return tuple(sorted(names))
+
+
+@dataclass
+class DeferredBounds:
+    """`check_kernel_bounds` of a kernel whose accesses depend on variables, at the values it launches with: each
+    distinct tuple of values is proved once, before its first launch."""
+
+    sink: UOp
+    buffers: Sequence[BufferLike]
+    names: tuple[str, ...]  # size_variables(sink)
+    var_names: tuple[str, ...]  # the program's variables, in launch order
+    kernel: str
+    position: int
+    producer: str | None
+    proved: set[tuple[int, ...]]
+
+    def check(self, vals: Sequence[int]) -> None:
+        by_name = dict(zip(self.var_names, vals, strict=True))
+        key = tuple(by_name[n] for n in self.names)
+        if key in self.proved:
+            return
+        variables = {n: n for n in self.sink.toposort if n.op is Ops.DEFINE_VAR and str(n.arg[0]) in self.names}
+        fixed = self.sink.substitute({v: UOp.const(v.dtype, by_name[str(v.arg[0])]) for v in variables})
+        check_kernel_bounds(fixed, self.buffers, kernel=self.kernel, position=self.position, producer=self.producer)
+        self.proved.add(key)
+
+
 def check_kernel_bounds(sink: UOp, buffers: Sequence[BufferLike], *, kernel: str, position: int,
                         producer: str | None) -> None:
     """Raise IndexBoundsError for the first access of `sink` not proved inside its buffer (PARAM i is buffers[i])."""

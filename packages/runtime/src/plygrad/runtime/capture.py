@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from plygrad.runtime import config
+from plygrad.runtime.bounds import DeferredBounds
 from plygrad.runtime.buffer import Buffer
 from plygrad.runtime.errors import ScheduleError
 from plygrad.runtime.lowering import LoadedProgram
@@ -36,6 +37,7 @@ class _Launch:
     positions: tuple[int, ...]  # into the capture's Buffer table, parameter order
     vals: tuple[int, ...]  # the recorded values, in the program's variable order
     names: tuple[str, ...]  # the recorder's names of those variables (what `replay(vals=)` is keyed by)
+    bounds: DeferredBounds | None = None  # accesses depending on variables: proved at each new set of values
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class Capture:
             else:
                 self._steps.append(_Launch(step.device, step.loaded, tuple(positions[i] for i in step.slots),
                                            tuple(step_values(step, vals)),
-                                           tuple(rename.get(n, n) for n in step.loaded.var_names)))
+                                           tuple(rename.get(n, n) for n in step.loaded.var_names), step.bounds))
 
     def __contains__(self, buf: Buffer) -> bool:
         return id(buf) in self._position
@@ -124,4 +126,6 @@ class Capture:
             step_vals: Sequence[int] = step.vals
             if vals and step.names:
                 step_vals = [vals.get(n, v) for n, v in zip(step.names, step.vals, strict=True)]
+            if step.bounds is not None:
+                step.bounds.check(step_vals)
             launch(step.device, step.loaded, [handles[i] for i in step.positions], step_vals, debug)

@@ -19,6 +19,7 @@ the same schedule at once both build it and the first one stored is the one both
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -36,7 +37,7 @@ from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
 from plygrad.ir.verify import verify
 from plygrad.runtime import config, discovery, plugin_output
-from plygrad.runtime.bounds import check_kernel_bounds
+from plygrad.runtime.bounds import DeferredBounds, check_kernel_bounds, size_variables
 from plygrad.runtime.buffer import Buffer, lookup_buffer
 from plygrad.runtime.counters import GlobalCounters, kernel_line, opts_line
 from plygrad.runtime.device import Device, canonical_device
@@ -64,6 +65,7 @@ class KernelStep:
     loaded: LoadedProgram
     slots: tuple[int, ...]
     vals: tuple[int, ...]
+    bounds: DeferredBounds | None = None  # accesses that depend on variables: proved per set of values
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,7 @@ class ExecPlan:
             return slot_of[ref.id]
 
         steps: list[Step | None] = []
+        deferred: dict[int, DeferredBounds | None] = {}
         kernels: list[tuple[int, UOp, list[BufferSlot], tuple[int, ...], str]] = []
         for position, call in enumerate(linear.src):
             body = call.src[0]
@@ -118,15 +121,24 @@ class ExecPlan:
                 steps.append(CopyStep(used[0], used[1]))
             else:
                 bufs = [slots[i] for i in used]
-                check_kernel_bounds(body, bufs, kernel=_kernel_name(body, call.arg), position=position,
-                                    producer=producer)
+                sizes = size_variables(body)
+                if not sizes:
+                    check_kernel_bounds(body, bufs, kernel=_kernel_name(body, call.arg), position=position,
+                                        producer=producer)
+                deferred[len(steps)] = DeferredBounds(body, bufs, sizes, (), _kernel_name(body, call.arg), position,
+                                                      producer, set()) if sizes else None
                 kernels.append((len(steps), call, bufs, used, _kernel_device(call, bufs)))
                 steps.append(None)
         # every kernel is checked before any is compiled, and the new programs compile side by side
         loaded = prepare_kernels([(Device[dev], call.src[0], _kernel_name(call.src[0], call.arg))
                                   for _, call, _, _, dev in kernels])
         for (index, call, bufs, used, dev), program in zip(kernels, loaded, strict=True):
-            steps[index] = _kernel_step(call, bufs, used, dev, program)
+            step = _kernel_step(call, bufs, used, dev, program)
+            later = deferred.get(index)
+            if later is not None:  # proved before the first launch (execute), at the values it launches with
+                later.var_names = program.var_names
+                step = dataclasses.replace(step, bounds=later)
+            steps[index] = step
         return ExecPlan(tuple(slots), tuple(s for s in steps if s is not None), tuple(linear.arg), producer)
 
     # ---- running ----------------------------------------------------------------------------------------------
@@ -157,7 +169,10 @@ class ExecPlan:
             if isinstance(step, CopyStep):
                 copy_buffer(bufs[step.dst], bufs[step.src])
             else:
-                launch(step.device, step.loaded, [bufs[i].handle for i in step.slots], step_values(step, vals), debug)
+                values = step_values(step, vals)
+                if step.bounds is not None:
+                    step.bounds.check(values)
+                launch(step.device, step.loaded, [bufs[i].handle for i in step.slots], values, debug)
         if debug >= 1:
             print(f"run_linear: {self.kernel_count} kernels, {len(self.steps) - self.kernel_count} copies in "
                   f"{(time.perf_counter() - start) * 1e3:.2f} ms")

@@ -26,6 +26,7 @@ from typing import Final
 
 from plygrad.ir.dtype import DType
 from plygrad.ir.errors import IRDecodeError, IRVerifyError, IRVersionError
+from plygrad.ir.shape import max_shape
 from plygrad.ir.uop import UOp
 from plygrad.runtime.errors import MalformedScheduleError
 
@@ -69,7 +70,7 @@ def check_outputs(outputs: Sequence[tuple[DType, int] | None], roots: Sequence[U
         if out is None:
             continue
         dtype, size = out
-        numel = math.prod(root.shape or ())
+        numel = math.prod(max_shape(root.shape or ()))  # a symbolic size needs room for its largest value
         if dtype is not root.dtype or size < numel:
             raise malformed(producer, CHECK_BUFFERS, f"output {n} is a buffer of {size} x {dtype}, but SINK source "
                                                      f"{n} is a {root.op.name} of {numel} x {root.dtype}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from plygrad.ir import Ops, UOp
+from plygrad.ir.shape import is_symbolic
 
 CONCAT_MIN_PIECES: Final = 16
 
@@ -63,7 +64,7 @@ def find_concat(node: UOp, users: dict[UOp, list[UOp]], roots: set[UOp]) -> tupl
     reads (a partial sum used elsewhere must be computed anyway, so the tree stops being a pure cat there); its
     leaves must all be PADs along one common axis whose padded-in intervals do not overlap.
     """
-    if node.op not in (Ops.ADD, Ops.OR) or node.shape is None:
+    if node.op not in (Ops.ADD, Ops.OR) or node.shape is None or is_symbolic(node.shape):
         return None, set()
     joins: set[UOp] = set()
     leaves: list[UOp] = []

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from plygrad.ir import Ops, Order, PatternMatcher, UOp, UPat, dtypes, graph_rewrite, symbolic
+from plygrad.ir.shape import dim_prod, is_symbolic, resolved_arg
 
 Indices = tuple[UOp, ...]
 Gate = UOp | None
@@ -59,6 +60,33 @@ def and_gate(gate: Gate, cond: UOp) -> Gate:
     return combined
 
 
+def kernel_dim(size: Any) -> Any:
+    """A size as kernels see it: an int, or its expression with each BIND replaced by its DEFINE_VAR (the value
+    reaches the kernel through the CALL's BINDs, so one program serves every bound value)."""
+    if type(size) is int:
+        return size
+    binds = {n: n.src[0] for n in size.toposort if n.op is Ops.BIND}
+    return simplify(size.substitute(binds) if binds else size)
+
+
+def kernel_shape(shape: Sequence[Any]) -> tuple[Any, ...]:
+    """`shape` with each symbolic size in kernel form (`kernel_dim`)."""
+    return tuple(shape) if not is_symbolic(tuple(shape)) else tuple(kernel_dim(d) for d in shape)
+
+
+def _kernel_arg(arg: Any) -> Any:
+    return tuple(_kernel_arg(v) for v in arg) if type(arg) is tuple else kernel_dim(arg)
+
+
+def is_empty(shape: Sequence[Any]) -> bool:
+    """Whether a tensor of `shape` has no elements (a symbolic size is at least 1)."""
+    return any(type(d) is int and d == 0 for d in shape)
+
+
+def _may_be_positive(size: Any) -> bool:
+    return size > 0 if type(size) is int else size.vmax > 0
+
+
 def flat_index(idxs: Sequence[UOp], shape: Sequence[int]) -> UOp:
     """The row-major (contiguous) address of `idxs` in a tensor of `shape`."""
     total, stride = index_const(0), 1
@@ -71,6 +99,8 @@ def flat_index(idxs: Sequence[UOp], shape: Sequence[int]) -> UOp:
 
 def unflatten(flat: UOp, shape: Sequence[int]) -> Indices:
     """The per-axis indices of the row-major address `flat` in `shape` (idiv/mod, simplified)."""
+    if is_symbolic(tuple(shape)):
+        return _unflatten_symbolic(flat, shape)
     out: list[UOp] = []
     stride = math.prod(shape)
     for axis, size in enumerate(shape):
@@ -84,6 +114,19 @@ def unflatten(flat: UOp, shape: Sequence[int]) -> Indices:
             out.append(simplify(flat // stride))
         else:
             out.append(simplify((flat // stride) % size))
+    return tuple(out)
+
+
+def _unflatten_symbolic(flat: UOp, shape: Sequence[Any]) -> Indices:
+    """`unflatten` where some sizes are expressions (each at least 1): strides are products of the sizes after."""
+    out: list[UOp] = []
+    for axis, size in enumerate(shape):
+        stride = dim_prod(shape[axis + 1:])
+        if type(size) is int and size == 1:
+            out.append(index_const(0))
+            continue
+        idx = flat if type(stride) is int and stride == 1 else flat // stride
+        out.append(simplify(idx if all(type(s) is int and s == 1 for s in shape[:axis]) else idx % size))
     return tuple(out)
 
 
@@ -107,11 +150,11 @@ def _expand(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tu
 def _pad(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
     src: list[UOp] = []
     for idx, (before, after), size in zip(idxs, arg, src_shape, strict=True):
-        if before > 0:
-            gate = and_gate(gate, index_const(before - 1) < idx)
-        if after > 0:
+        if _may_be_positive(before):
+            gate = and_gate(gate, (index_const(before - 1) if type(before) is int else before + -1) < idx)
+        if _may_be_positive(after):
             gate = and_gate(gate, idx < before + size)
-        src.append(simplify(idx - before) if before else idx)
+        src.append(simplify(idx - before) if type(before) is not int or before else idx)
     return tuple(src), gate
 
 
@@ -141,7 +184,10 @@ def move_index(node: UOp, idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
     """The source indices and gate of movement op `node` read at output indices `idxs` under `gate`."""
     src_shape = node.src[0].shape
     assert src_shape is not None, f"{node.op!r} source has no shape"
-    return MOVE_INDEX[node.op](node.arg, src_shape, idxs, gate)
+    if len(node.src) == 1 and not is_symbolic(src_shape):
+        return MOVE_INDEX[node.op](node.arg, src_shape, idxs, gate)
+    arg = _kernel_arg(resolved_arg(node)) if len(node.src) > 1 else node.arg
+    return MOVE_INDEX[node.op](arg, kernel_shape(src_shape), idxs, gate)
 
 
 def view_address(node: UOp, idxs: Indices) -> tuple[UOp, UOp, Gate]:

@@ -13,8 +13,20 @@ import math
 from collections.abc import Sequence
 
 from plygrad.ir import AxisType, GroupOp, KernelInfo, Ops, UOp, dtypes, reduce_identity
+from plygrad.ir.shape import dim_text, is_symbolic
 from plygrad.scheduler.errors import ScheduleError
-from plygrad.scheduler.indexing import Gate, Indices, flat_index, index_const, move_index, simplify, view_address
+from plygrad.scheduler.indexing import (
+    Gate,
+    Indices,
+    flat_index,
+    index_const,
+    is_empty,
+    kernel_dim,
+    kernel_shape,
+    move_index,
+    simplify,
+    view_address,
+)
 
 _Key = tuple[UOp, Indices, Gate]
 
@@ -52,9 +64,9 @@ class KernelBuilder:
         return param
 
     def _range(self, size: int, axis_type: AxisType) -> UOp:
-        if size == 1:
+        if type(size) is int and size == 1:
             return index_const(0)
-        rng = UOp.range(size, self.next_axis, axis_type)
+        rng = UOp.range(kernel_dim(size), self.next_axis, axis_type)
         self.next_axis += 1
         return rng
 
@@ -82,7 +94,7 @@ class KernelBuilder:
             shape = node.src[0].shape
             assert shape is not None
             _, axes = node.arg
-            if any(shape[i] == 0 for i in axes):
+            if any(type(shape[i]) is int and shape[i] == 0 for i in axes):
                 return []  # a reduce over nothing is its identity (built in _build)
             inner = tuple(self._range(shape[i], AxisType.REDUCE) if i in axes else idx for i, idx in enumerate(idxs))
             return [(node.src[0], inner, gate)]
@@ -100,7 +112,7 @@ class KernelBuilder:
             buf = self.realized[node]
             shape = node.shape
             assert shape is not None
-            return self._load(buf, flat_index(idxs, shape), gate)
+            return self._load(buf, flat_index(idxs, kernel_shape(shape)), gate)
         op = node.op
         if op is Ops.BUFFER:
             return self._load(node, idxs[0], gate)
@@ -157,7 +169,7 @@ class KernelBuilder:
             ranges = tuple(self._range(s, AxisType.LOOP) for s in shape)
         self.current_root = root
         # an empty tensor has nothing to compute: store a constant so no load sits outside the (empty) loops
-        value = self.lower(root, ranges) if math.prod(shape) else UOp.const(root.dtype, 0)
+        value = self.lower(root, ranges) if not is_empty(shape) else UOp.const(root.dtype, 0)
         self.current_root = None
         if root.op is Ops.ASSIGN:
             buf, address, gate = view_address(root.src[0], ranges)
@@ -165,7 +177,7 @@ class KernelBuilder:
                 raise ScheduleError(f"ASSIGN into a PADded view of buffer {buf.arg.id}: a padded target has no memory "
                                     "for its padding; assign into a SHRINK of the buffer instead")
         else:
-            buf, address = out, flat_index(ranges, shape)
+            buf, address = out, flat_index(ranges, kernel_shape(shape))
         param = self._param(buf)
         store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, param.dtype, (param, simplify(address))), value))
         self.loops.append(tuple(r for r in ranges if r.op is Ops.RANGE))
@@ -219,5 +231,9 @@ class KernelBuilder:
 def kernel_name(roots: Sequence[UOp], has_reduce: bool) -> str:
     """tinygrad-style names: `r_` for kernels with a reduce, `E_` for elementwise ones, then the output shape."""
     shape = roots[0].shape or ()
+    if is_symbolic(shape):
+        # a symbolic size by its variables' names: kernel names become C identifiers
+        dims = "_".join("".join(ch for ch in dim_text(s) if ch.isalnum() or ch == "_") for s in shape)
+        return f"{'r' if has_reduce else 'E'}_{dims}" + (f"_n{len(roots)}" if len(roots) > 1 else "")
     dims = "_".join(str(s) for s in shape) if shape and math.prod(shape) != 1 else "1"
     return f"{'r' if has_reduce else 'E'}_{dims}" + (f"_n{len(roots)}" if len(roots) > 1 else "")

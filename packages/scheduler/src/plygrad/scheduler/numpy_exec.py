@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from plygrad.ir import DType, GroupOp, KernelInfo, Ops, Stage, UOp, dtypes, verify
+from plygrad.ir import DType, GroupOp, KernelInfo, Ops, Stage, UOp, dtypes, evaluate, verify
 from plygrad.ir.scalar import threefry2x32
 
 Array = np.ndarray[Any, Any]
@@ -219,7 +219,8 @@ def run_kernel(body: UOp, arrays: list[Array], variables: Mapping[str, int], whe
     ranges = sorted({n.arg[0]: n for n in body.toposort if n.op is Ops.RANGE}.items())
     axis_of = {r: i for i, (_, r) in enumerate(ranges)}
     nd = len(ranges)
-    sizes = [int(r.src[0].arg) for _, r in ranges]
+    # a loop end is a constant, or an expression of the kernel's variables (a symbolic size)
+    sizes = [int(r.src[0].arg) if r.src[0].op is Ops.CONST else int(evaluate(r.src[0], variables)) for _, r in ranges]
     vals: dict[UOp, Array] = {}
     for n in body.toposort:
         op = n.op

@@ -6,9 +6,11 @@ rule keeps the graph's meaning and shapes exactly.
 
 from __future__ import annotations
 
+import math
 from typing import Final
 
 from plygrad.ir import Ops, PatternMatcher, UOp, UPat
+from plygrad.ir.shape import is_symbolic
 
 _ANY = UPat.var("x")
 
@@ -27,8 +29,17 @@ def _identity_view(v: UOp, x: UOp) -> UOp | None:
     return x if same else None
 
 
-def _reshape_reshape(outer: UOp, x: UOp) -> UOp:
-    return UOp(Ops.RESHAPE, outer.dtype, (x,), outer.arg)
+def _reshape_reshape(outer: UOp) -> UOp | None:
+    """A RESHAPE of a RESHAPE reads the same row-major elements as one RESHAPE (the outer one's sizes, symbolic
+    ones included: shape.py's prefix rule makes the chain and the single view read the same prefix)."""
+    inner = outer.src[0]
+    if inner.op is not Ops.RESHAPE:
+        return None
+    before, after = inner.src[0].shape, outer.shape
+    if before is None or after is None or (not is_symbolic(after) and (is_symbolic(before)
+                                                                       or math.prod(after) != math.prod(before))):
+        return None  # a concrete view of a symbolic prefix: the inner view's sizes say which elements it reads
+    return UOp(Ops.RESHAPE, outer.dtype, (inner.src[0], *outer.src[1:]), outer.arg)
 
 
 def _contiguous_of_contiguous(outer: UOp, inner: UOp) -> UOp:
@@ -38,7 +49,7 @@ def _contiguous_of_contiguous(outer: UOp, inner: UOp) -> UOp:
 cleanup: Final = PatternMatcher([
     (UPat((Ops.RESHAPE, Ops.EXPAND, Ops.PERMUTE, Ops.PAD, Ops.SHRINK, Ops.FLIP), src=(_ANY,), name="v"),
      _identity_view),
-    (UPat(Ops.RESHAPE, src=(UPat(Ops.RESHAPE, src=(_ANY,)),), name="outer"), _reshape_reshape),
+    (UPat(Ops.RESHAPE, name="outer"), _reshape_reshape),
     (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.CONTIGUOUS, name="inner"),), name="outer"), _contiguous_of_contiguous),
 ], name="tensor_cleanup")
 

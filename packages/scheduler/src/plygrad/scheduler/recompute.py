@@ -22,6 +22,7 @@ import math
 from typing import Final
 
 from plygrad.ir import GroupOp, Ops, UOp
+from plygrad.ir.shape import max_shape
 
 RECOMPUTE_BUDGET: Final = 4096  # operations one expanded value may cost over all its repeats before it is realized
 TRANSCENDENTAL_COST: Final = 8  # a polynomial of a few terms, against one for + or *
@@ -39,6 +40,7 @@ def _repeats(expand: UOp) -> int:
     before, after = expand.src[0].shape, expand.shape
     if before is None or after is None:
         return 1
+    before, after = max_shape(before), max_shape(after)  # a symbolic size counts at its largest
     return math.prod(a // b for a, b in zip(after, before, strict=True) if b != a and b)
 
 
@@ -73,7 +75,8 @@ class _Costs:
             if not self.reads[cur]:
                 self.known[cur] = 0
             elif cur.op is Ops.REDUCE:
-                size = cur.src[0].shape and cur.shape and math.prod(cur.src[0].shape) // max(math.prod(cur.shape), 1)
+                size = cur.src[0].shape and cur.shape and (math.prod(max_shape(cur.src[0].shape))
+                                                           // max(math.prod(max_shape(cur.shape)), 1))
                 self.known[cur] = (int(size or 1)) * (inner + 1)
             elif cur.op in _TRANSCENDENTAL:
                 self.known[cur] = inner + TRANSCENDENTAL_COST

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from plygrad.ir import BufferRef, Ops, Stage, UOp, dtypes, graph_rewrite, strip_reshapes, verify, written_buffer
+from plygrad.ir.shape import max_shape
 from plygrad.scheduler.assign_groups import group_key, plan_units, safe_in_place
 from plygrad.scheduler.budget import KERNEL_NODE_BUDGET
 from plygrad.scheduler.concat import Concat
@@ -173,7 +174,7 @@ class _Scheduler:
     def new_buffer(self, node: UOp) -> UOp:
         shape = node.shape
         assert shape is not None
-        buf = UOp(Ops.BUFFER, node.dtype, (), BufferRef(self.next_id, self.devices[node], math.prod(shape)))
+        buf = UOp(Ops.BUFFER, node.dtype, (), BufferRef(self.next_id, self.devices[node], math.prod(max_shape(shape))))
         self.next_id -= 1
         return buf
 
@@ -200,7 +201,7 @@ class _Scheduler:
             if (node, device) not in self.copies:
                 shape = node.shape
                 assert shape is not None
-                dst = UOp(Ops.BUFFER, node.dtype, (), BufferRef(self.next_id, device, math.prod(shape)))
+                dst = UOp(Ops.BUFFER, node.dtype, (), BufferRef(self.next_id, device, math.prod(max_shape(shape))))
                 self.next_id -= 1
                 self.calls.append(UOp(Ops.CALL, dtypes.void, (UOp(Ops.COPY, dtypes.void), dst, buf), "copy"))
                 self.copies[(node, device)] = dst
