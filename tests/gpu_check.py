@@ -186,6 +186,24 @@ def _compare(name: str, index: int, dtype: DType, got: np.ndarray, want: np.ndar
             f"(tolerance {tol:.3g}; {int((~same).sum())} of {same.size} differ)")
 
 
+def _variable_values(kernel: UOp, sizes: list[int]) -> dict[str, int]:
+    """Each variable at its largest value, except a symbolic size (a variable an address depends on): the largest
+    value at which every access stays inside the parameters' sizes (a view of an input sized for one bound value is
+    valid only up to that value)."""
+    from plygrad.runtime.bounds import find_violations, size_variables
+
+    variables = {str(v.arg[0]): int(v.arg[2]) for v in kernel.toposort if v.op is Ops.DEFINE_VAR}
+    named = {str(v.arg[0]): v for v in kernel.toposort if v.op is Ops.DEFINE_VAR}
+    sized = size_variables(kernel)
+    while sized:
+        fixed = kernel.substitute({named[n]: UOp.const(named[n].dtype, variables[n]) for n in sized})
+        if not find_violations(fixed, sizes) or all(variables[n] <= int(named[n].arg[1]) for n in sized):
+            break
+        for n in sized:
+            variables[n] = max(variables[n] - 1, int(named[n].arg[1]))
+    return variables
+
+
 class GpuCheck:
     """The pytest plugin: records kernels during the session; its last test checks them (see the module docstring)."""
 
@@ -299,7 +317,7 @@ class GpuCheck:
         from plygrad.runtime import Buffer, Device, prepare_kernel
 
         info = program.info
-        variables = {str(v.arg[0]): int(v.arg[2]) for v in kernel.toposort if v.op is Ops.DEFINE_VAR}
+        variables = _variable_values(kernel, [p.size for p in info.params])
         inputs = {p.index: _random_input(p.dtype, p.size, rng) for p in info.params}
         emu_buffers = [inputs[p.index].copy() for p in info.params]
         try:

@@ -77,7 +77,8 @@ EXCLUDED: Final = {
     "shard", "shard_", "shard_like",
     # nn.state's internal decorator turning a path argument into a disk Tensor
     "accept_filename",
-    # schedule_linear's helper returning the symbolic-shape Variables' values too: plygrad's shapes are ints
+    # schedule_linear's helper returning the symbolic-shape Variables' values too: plygrad's schedules carry those
+    # values in their CALLs' BINDs (symbolic shapes: docs/frontend.md), so there is nothing separate to return
     "linear_with_vars",
     # the weak-type promotion placeholders (dtypes of unresolved Python scalars): plygrad's result_dtype keeps Python
     # scalars weak without a dtype for them

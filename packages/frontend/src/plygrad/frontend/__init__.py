@@ -11,6 +11,7 @@ Realizing hands the graph, as bytes, to the `plygrad.schedulers` entry point cho
 from plygrad.frontend.errors import SchedulerNotFoundError
 from plygrad.frontend.jit import JitError, TinyJit
 from plygrad.frontend.scheduling import scheduler_name
+from plygrad.frontend.symbolic import Variable
 from plygrad.frontend.tensor import Tensor, enable_grad, no_grad
 from plygrad.ir import DType, DTypeError, ShapeError, dtypes
 from plygrad.runtime import Device
@@ -24,6 +25,7 @@ __all__ = [
     "ShapeError",
     "Tensor",
     "TinyJit",
+    "Variable",
     "dtypes",
     "enable_grad",
     "no_grad",

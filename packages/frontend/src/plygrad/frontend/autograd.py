@@ -18,6 +18,7 @@ from typing import Final, TypeAlias
 from plygrad.frontend.gradient_marks import substitute_keeping_marks, wants_contiguous_gradient
 from plygrad.frontend.lazy import LazyTensor, const_uop, default_device, is_gradient_stop, movement, shape_of
 from plygrad.ir import DType, Ops, UOp, dtypes
+from plygrad.ir.shape import dim_add, dim_sub, resolved_arg
 from plygrad.runtime import Buffer
 
 Grads: TypeAlias = "tuple[UOp | None, ...]"
@@ -202,12 +203,14 @@ def _expand_rule(g: UOp, n: UOp) -> Grads:
 
 def _pad(g: UOp, n: UOp) -> Grads:
     shape = shape_of(n.src[0])
-    return (movement(g, Ops.SHRINK, tuple((b, b + s) for (b, _), s in zip(n.arg, shape, strict=True))),)
+    arg = resolved_arg(n)  # symbolic amounts in place of their None entries
+    return (movement(g, Ops.SHRINK, tuple((b, dim_add(b, s)) for (b, _), s in zip(arg, shape, strict=True))),)
 
 
 def _shrink(g: UOp, n: UOp) -> Grads:
     shape = shape_of(n.src[0])
-    return (movement(g, Ops.PAD, tuple((b, s - e) for (b, e), s in zip(n.arg, shape, strict=True))),)
+    arg = resolved_arg(n)
+    return (movement(g, Ops.PAD, tuple((b, dim_sub(s, e)) for (b, e), s in zip(arg, shape, strict=True))),)
 
 
 def _copy(g: UOp, n: UOp) -> Grads:
@@ -277,7 +280,10 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Collection[UOp]) -> dic
         if rule is None:
             raise NotImplementedError(f"autograd: no gradient rule for {node.op.name} ({node.dtype.name}); "
                                       "detach() the input of this op if it needs no gradient")
-        for src, src_grad in zip(node.src, rule(g, node), strict=True):
+        src_grads = rule(g, node)
+        if len(src_grads) < len(node.src):  # a view's symbolic sizes (extra sources) get no gradient
+            src_grads = (*src_grads, *(None,) * (len(node.src) - len(src_grads)))
+        for src, src_grad in zip(node.src, src_grads, strict=True):
             if src_grad is None or src not in reaches:
                 continue
             found = grads.get(src)

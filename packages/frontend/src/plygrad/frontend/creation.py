@@ -17,6 +17,7 @@ import numpy as np
 
 from plygrad.frontend import random
 from plygrad.frontend.lazy import Scalar, buffer_view, const_uop, resolve_device
+from plygrad.frontend.symbolic import check_size
 from plygrad.ir import DTypeLike, ShapeError, UOp, dtypes, to_dtype
 from plygrad.runtime import Buffer
 
@@ -37,10 +38,13 @@ def _shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
                              "Tensor.zeros((2, 3))")
         dims = tuple(shape[0])
     for i, d in enumerate(dims):
+        if isinstance(d, UOp):  # a symbolic size (frontend/symbolic.py)
+            check_size(d, "a tensor shape")
+            continue
         if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
             raise ShapeError(f"a tensor shape needs sizes that are ints >= 0; size {i} of {dims!r} is "
                              f"{type(d).__name__} {d!r}")
-    return tuple(int(d) for d in dims)  # type: ignore[call-overload]
+    return tuple(d if isinstance(d, UOp) else int(d) for d in dims)  # type: ignore[call-overload, misc]
 
 
 def full(cls: type[Tensor], shape: int | Sequence[int], fill_value: Scalar, dtype: DTypeLike | None = None,

@@ -9,6 +9,7 @@ and the fp8 types, which NumPy lacks, travel as their bit patterns.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -18,6 +19,7 @@ from plygrad.frontend import autograd
 from plygrad.frontend.host_fp8 import fp8_bytes, fp8_values, is_fp8
 from plygrad.frontend.lazy import Scalar, buffer_view, is_tensor, resolve_device
 from plygrad.frontend.realize_state import STATE
+from plygrad.frontend.symbolic import bound_shape
 from plygrad.ir import DType, DTypeError, DTypeLike, UOp, dtypes, to_dtype
 from plygrad.runtime import Buffer
 
@@ -103,7 +105,8 @@ def _init_bytes(t: Tensor, raw: bytes, dtype: DType) -> None:
 
 def to_numpy(t: Tensor, buf: Buffer) -> np.ndarray[Any, Any]:
     """The values of `t`, realized in `buf`, as a NumPy array; bfloat16 and the fp8s come back as float32."""
-    array = np.frombuffer(buf.copyout(), dtype=numpy_dtype(t.dtype)).reshape(t.shape)
+    shape = bound_shape(t.shape)  # a symbolic tensor's buffer holds it row-major, sized for the variables' maxima
+    array = np.frombuffer(buf.copyout(), dtype=numpy_dtype(t.dtype))[:math.prod(shape)].reshape(shape)
     if t.dtype is dtypes.bfloat16:
         return (array.astype(np.uint32) << 16).view(np.float32)
     if is_fp8(t.dtype):

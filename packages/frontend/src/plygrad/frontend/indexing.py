@@ -28,7 +28,9 @@ import numpy as np
 from plygrad.frontend import creation
 from plygrad.frontend.lazy import LazyTensor, buffer_view, is_tensor
 from plygrad.frontend.realize_state import STATE
+from plygrad.frontend.symbolic import is_sym
 from plygrad.ir import DType, DTypeError, DTypeKind, Ops, ShapeError, UOp, broadcast_shapes, dtypes
+from plygrad.ir.shape import dim_text, shape_text
 from plygrad.runtime import Buffer
 
 if TYPE_CHECKING:
@@ -319,6 +321,13 @@ def _basic_getitem(t: Tensor, index: Index | tuple[Index, ...]) -> Tensor:
             continue
         assert isinstance(item, (int, slice))
         n = x.shape[axis]
+        if is_sym(n):
+            if item != slice(None):
+                raise IndexError(f"axis {axis} of shape {shape_text(t.shape)} has the symbolic size {dim_text(n)}: "
+                                 "index it with shrink(((start, end), ...)), whose bounds may be symbolic too")
+            final.append(n)
+            axis += 1
+            continue
         if isinstance(item, int):
             if not -n <= item < n:
                 raise IndexError(f"index {item} is out of bounds for axis {axis} with size {n} "

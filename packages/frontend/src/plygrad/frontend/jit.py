@@ -16,6 +16,9 @@ What that means for the function:
 - Tensor arguments (positional or keyword, also inside lists, tuples and dicts) are realized first; on a replay they
   must have the recorded shapes, dtypes and devices (JitError, also a ShapeError / DTypeError / ValueError, naming
   the argument). One Buffer passed as two arguments is refused (JitError): the recording could not tell them apart.
+  A symbolic shape (`Variable(...).bind(v)`, docs/frontend.md) must have the recorded variables, at any bound
+  value: such an argument is copied into a Buffer the recording sized for the variables' maxima, and a replay
+  launches the recorded kernels with the new values (the returned Tensors' shapes carry them too).
 - Returned Tensors are realized at the end of the recording call. A replay returns Tensors over the *recorded*
   output Buffers: the next call overwrites them (as in tinygrad). Copy out (`.numpy()`) what must be kept. Anything
   else returned (a number, a string) would be frozen at the recording, so it is refused (JitError); None is fine.
@@ -47,6 +50,7 @@ first caller is about to read. Calls from different threads one after another ar
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,8 +59,10 @@ from typing import Any, Generic, TypeVar
 from plygrad.frontend import random
 from plygrad.frontend.lazy import buffer_view
 from plygrad.frontend.realize_state import STATE
+from plygrad.frontend.symbolic import bound_shape
 from plygrad.frontend.tensor import Tensor
-from plygrad.ir import DTypeError, ShapeError
+from plygrad.ir import DTypeError, Ops, ShapeError, UOp
+from plygrad.ir.shape import is_symbolic, max_shape
 from plygrad.runtime import Buffer, Capture, copy_buffer
 
 R = TypeVar("R")
@@ -142,6 +148,48 @@ def _realized_buffer(t: Tensor) -> Buffer:
     return buf
 
 
+def _map_sizes(shape: tuple[int, ...], fn: Callable[[UOp], UOp]) -> tuple[int, ...]:
+    """`shape` with `fn` applied to each symbolic size (a UOp where the static type says int)."""
+    dims: tuple[Any, ...] = shape
+    mapped: tuple[Any, ...] = tuple(d if type(d) is int else fn(d) for d in dims)
+    return mapped
+
+
+def _unbound(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """`shape` with each symbolic size's BINDs replaced by their variables: what a replay must match."""
+    return _map_sizes(shape, lambda d: d.substitute({n: n.src[0] for n in d.toposort if n.op is Ops.BIND}))
+
+
+def _size_values(shape: tuple[int, ...]) -> dict[str, int]:
+    """The bound value of each variable in `shape`'s symbolic sizes, by name."""
+    dims: tuple[Any, ...] = shape
+    return {str(n.src[0].arg[0]): int(n.src[1].arg) for d in dims if type(d) is not int
+            for n in d.toposort if n.op is Ops.BIND}
+
+
+def _rebound(shape: tuple[int, ...], vals: dict[str, int]) -> tuple[int, ...]:
+    """`shape` with its variables bound to `vals`."""
+    def rebind(d: UOp) -> UOp:
+        binds = [n for n in d.toposort if n.op is Ops.BIND and str(n.src[0].arg[0]) in vals]
+        return d.substitute({n: n.src[0].bind(vals[str(n.src[0].arg[0])]) for n in binds})
+    return _map_sizes(shape, rebind)
+
+
+def _stage(t: Tensor, staging: Buffer | None) -> Buffer:
+    """A symbolic-shaped argument's values, copied row-major into `staging` (made here, sized for the variables'
+    maxima, when None): the recording and every replay read the argument from that one Buffer, so one recording
+    serves every bound size. `t` is re-pointed at it."""
+    src = _realized_buffer(t)
+    if staging is None:
+        staging = Buffer(src.device, math.prod(max_shape(t.shape)), src.dtype)
+    n = math.prod(bound_shape(t.shape)) * src.dtype.itemsize
+    data = bytearray(staging.nbytes)
+    data[:n] = src.copyout()[:n]
+    staging.copyin(data)
+    t.uop, t.inputs = buffer_view(staging, t.shape), frozenset((staging,))
+    return staging
+
+
 @dataclass(frozen=True)
 class _Input:
     path: str
@@ -189,7 +237,7 @@ class CapturedJit:
             raise JitArgumentError(f"TinyJit: the Tensor arguments changed: recorded {[i.path for i in self.inputs]}, "
                              f"got {[p for p, _ in found]}; pass Tensors in the same places (or call reset())")
         for rec, (path, t) in zip(self.inputs, found, strict=True):
-            if t.shape != rec.shape:
+            if _unbound(t.shape) != _unbound(rec.shape):
                 raise JitShapeError(f"TinyJit: {path} has shape {t.shape}, but shape {rec.shape} was recorded; a "
                                  "jitted function replays fixed shapes (call reset() to record new ones)")
             if t.dtype is not rec.dtype:
@@ -201,7 +249,12 @@ class CapturedJit:
 
     def replay(self, found: list[tuple[str, Tensor]], vals: dict[str, int]) -> Any:
         swap: dict[Buffer, Buffer] = {}
+        sizes: dict[str, int] = {}
         for rec, (_, t) in zip(self.inputs, found, strict=True):
+            if is_symbolic(rec.shape):  # copied into the recorded staging Buffer; its variables take new values
+                sizes.update(_size_values(t.shape))
+                _stage(t, rec.buffer)
+                continue
             buf = _realized_buffer(t)
             if buf is not rec.buffer and buf in self.capture:
                 # a Buffer the replay itself writes (e.g. the last call's output passed back in): read a copy, so no
@@ -210,8 +263,8 @@ class CapturedJit:
                 copy_buffer(fresh, buf)
                 buf = fresh
             swap[rec.buffer] = buf
-        self.capture.replay(swap, vals)
-        outs = (Tensor._make(buffer_view(swap.get(o.buffer, o.buffer), o.shape), o.device,
+        self.capture.replay(swap, {**vals, **sizes})
+        outs = (Tensor._make(buffer_view(swap.get(o.buffer, o.buffer), _rebound(o.shape, sizes)), o.device,
                              (swap.get(o.buffer, o.buffer),)) for o in self.outputs)
         return _rebuild(self.template, outs)
 
@@ -273,6 +326,10 @@ class TinyJit(Generic[R]):
         if found:
             Tensor.realize(*(t for _, t in found))
         _check_distinct(found)
+        if self.captured is None and self.cnt == 1:  # recording: symbolic arguments move to staging Buffers
+            for _, t in found:
+                if is_symbolic(t.shape):
+                    _stage(t, None)
         if self.captured is not None:
             self.captured.check(found)
             self.cnt += 1

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, Self, TypeAlias, TypeGuard
 
 from plygrad.frontend.modes import ModeFlags
 from plygrad.frontend.realize_state import STATE
+from plygrad.frontend.symbolic import has_sym, split_symbolic
 from plygrad.ir import (
     ConstType,
     DType,
@@ -71,8 +72,15 @@ def placed(uop: UOp, device: str, inputs: frozenset[Buffer]) -> UOp:
 
 
 def movement(x: UOp, op: Ops, arg: object) -> UOp:
-    """A movement node over `x` (same dtype); the IR checks the argument against x's shape."""
+    """A movement node over `x` (same dtype); the IR checks the argument against x's shape. A symbolic size in
+    `arg` (a UOp) becomes an extra source (symbolic.py)."""
+    if type(arg) is tuple and not _JUST_INT.issuperset(map(type, arg)) and op is not Ops.FLIP and has_sym(arg):
+        plain, extra = split_symbolic(op, arg)
+        return UOp(op, x.dtype, (x, *extra), plain)
     return UOp(op, x.dtype, (x,), arg)
+
+
+_JUST_INT: Final = frozenset({int})
 
 
 def shape_of(x: UOp) -> tuple[int, ...]:
@@ -93,6 +101,15 @@ def const_uop(dtype: DType, value: ConstType, shape: tuple[int, ...]) -> UOp:
 def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     """A tensor reading all of `buf` as `shape`: its BUFFER node RESHAPEd."""
     return movement(UOp(Ops.BUFFER, buf.dtype, (), buf.ref()), Ops.RESHAPE, shape)
+
+
+def output_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
+    """A realized tensor of `shape` in the buffer a schedule gave it: `buffer_view`, except that a buffer sized for a
+    symbolic tensor's maxima holds a concrete view of that tensor as its first elements (a SHRINK first)."""
+    if _JUST_INT.issuperset(map(type, shape)) and math.prod(shape) < buf.size:
+        node = movement(UOp(Ops.BUFFER, buf.dtype, (), buf.ref()), Ops.SHRINK, ((0, math.prod(shape)),))
+        return movement(node, Ops.RESHAPE, shape)
+    return buffer_view(buf, shape)
 
 
 # Gradient stops: identity RESHAPEs made by `stop_gradient`. The frontend's movement ops never build an identity

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from plygrad.frontend import lazy, reduce
 from plygrad.ir import DType, DTypeLike, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype, to_dtype
+from plygrad.ir.shape import dim_max
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -38,7 +39,8 @@ def matmul(x: Tensor, other: Tensor) -> Tensor:
         raise ShapeError(f"matmul of shapes {x.shape} and {other.shape}: inner sizes {a.shape[-1]} and "
                          f"{b.shape[-2]} differ")
     if (x.ndim >= 2 and other.ndim >= 2 and x.dtype is other.dtype and x.dtype.is_float
-            and x.dtype not in reduce.HALF_FLOATS and x.shape[-1] <= reduce.SPLIT_ABOVE and not type(x).no_grad):
+            and x.dtype not in reduce.HALF_FLOATS and dim_max(x.shape[-1]) <= reduce.SPLIT_ABOVE
+            and not type(x).no_grad):
         return _matmul_nodes(x, other)
     return _matmul_by_tensors(x, other, a, b)
 

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from plygrad.frontend import elementwise
 from plygrad.frontend.lazy import LazyTensor, Scalar, movement
+from plygrad.frontend.symbolic import bound_shape, bound_value, check_size, is_sym
 from plygrad.ir import Ops, ShapeError, dtypes, result_dtype
+from plygrad.ir.shape import dim_prod, dim_sub, is_symbolic, shape_text
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -48,6 +50,8 @@ def _move(x: Tensor, op: Ops, arg: object) -> Tensor:
 def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
     """A view with another shape of the same number of elements; one size may be -1 (inferred)."""
     dims = _dims(shape)  # type: ignore[arg-type]
+    if any(is_sym(d) for d in dims) or is_symbolic(x.shape):
+        return _reshape_symbolic(x, dims)
     if sum(d == -1 for d in dims) > 1 or any(type(d) is not int or d < -1 for d in dims):
         raise ShapeError(f"reshape of shape {x.shape} to {dims}: sizes must be ints >= 0, at most one -1")
     if -1 in dims:
@@ -60,6 +64,43 @@ def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
         raise ShapeError(f"reshape of shape {x.shape} ({x.numel()} elements) to {dims} "
                          f"({math.prod(dims)} elements): the element counts must match")
     return x if dims == x.shape else _move(x, Ops.RESHAPE, dims)
+
+
+def _reshape_symbolic(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """reshape where a size is symbolic: element counts must match at the variables' bound values."""
+    if -1 in dims:
+        rest = [d for d in dims if d != -1]
+        known, total = math.prod(bound_shape(rest)), math.prod(bound_shape(x.shape))
+        if dims.count(-1) > 1 or known == 0 or total % known:
+            raise ShapeError(f"reshape of shape {shape_text(x.shape)} to {shape_text(dims)}: the -1 cannot be inferred")
+        dims = tuple(sym_size(x.shape, rest) if d == -1 else d for d in dims)
+    for d in dims:
+        if is_sym(d):
+            check_size(d, "reshape")
+        elif type(d) is not int or d < 0:
+            raise ShapeError(f"reshape of shape {shape_text(x.shape)} to {shape_text(dims)}: sizes must be ints >= 0 "
+                             "or symbolic sizes")
+    have, want = math.prod(bound_shape(x.shape)), math.prod(bound_shape(dims))
+    if have != want:
+        raise ShapeError(f"reshape of shape {shape_text(x.shape)} ({have} elements at the bound values) to "
+                         f"{shape_text(dims)} ({want} elements): the element counts must match")
+    return x if dims == x.shape else _move(x, Ops.RESHAPE, dims)
+
+
+def sym_size(shape: tuple[int, ...], rest: Sequence[int]) -> int:
+    """The size a -1 stands for beside `rest` in a reshape of `shape`, where sizes are expressions: sizes of
+    `rest` found in `shape` cancel, and what is left must divide exactly."""
+    left, right = [*shape], [*rest]
+    for d in rest:
+        if d in left:
+            left.remove(d)
+            right.remove(d)
+    int_left = math.prod(d for d in left if not is_sym(d))
+    if any(is_sym(d) for d in right) or math.prod(right) == 0 or int_left % math.prod(right):
+        raise ShapeError(f"reshape of shape {shape_text(shape)}: a -1 beside sizes {shape_text(tuple(rest))} cannot "
+                         "be inferred symbolically")
+    found: int = dim_prod([int_left // math.prod(right), *[d for d in left if is_sym(d)]])
+    return found
 
 
 def view(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
@@ -100,9 +141,12 @@ def pad(t: Tensor, padding: Sequence[Pad] | Sequence[int], mode: str = "constant
     pairs = _pad_pairs(t, padding)
     if mode not in PAD_MODES:
         raise ValueError(f"pad: mode {mode!r} is not one of {', '.join(PAD_MODES)}")
+    if mode != "constant" and any(is_sym(v) for p in pairs for v in p):
+        raise ValueError(f"pad: symbolic amounts need mode 'constant', got {mode!r}")
     if mode == "constant":
         zeros = _pad_zeros(t, pairs)
-        if (value == 0 and math.copysign(1.0, value) > 0) or all(b <= 0 and a <= 0 for b, a in pairs):
+        if (value == 0 and math.copysign(1.0, value) > 0) or all(not is_sym(b) and not is_sym(a) and b <= 0
+                                                                 and a <= 0 for b, a in pairs):
             return zeros
         inside = _pad_zeros(t._const(True, dtypes.bool), pairs)
         return inside.where(zeros, value)._cast_to(t.dtype)
@@ -128,15 +172,20 @@ def _pad_pairs(x: Tensor, padding: Sequence[Pad] | Sequence[int]) -> tuple[tuple
                                           for p in items):
         raise ShapeError(f"pad of shape {x.shape} needs one (before, after) pair per axis or a flat "
                          f"(left, right, ...) sequence of ints, got {padding!r}")
-    return tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in items)  # type: ignore[index]
+    return tuple((0, 0) if p is None else (_amount(p[0]), _amount(p[1])) for p in items)  # type: ignore[index]
 
 
 def _pad_zeros(t: Tensor, pairs: tuple[tuple[int, int], ...]) -> Tensor:
     """Zero padding (one pair per axis), negative amounts cutting: a SHRINK then a PAD."""
-    for n, (b, a) in zip(t.shape, pairs, strict=True):
+    if any(is_sym(v) for p in pairs for v in p):
+        if any(bound_value(v) < 0 for p in pairs for v in p):
+            raise ShapeError(f"pad of shape {shape_text(t.shape)} by {shape_text(pairs)}: a symbolic amount must "
+                             "not be negative")
+        return _move(t, Ops.PAD, pairs)
+    for n, (b, a) in zip(bound_shape(t.shape), pairs, strict=True):
         if n + b + a < 0 or -b > n or -a > n:
             raise ShapeError(f"pad of shape {t.shape} by {pairs}: cuts more than an axis holds")
-    cut = tuple((max(-b, 0), n - max(-a, 0)) for n, (b, a) in zip(t.shape, pairs, strict=True))
+    cut = tuple((max(-b, 0), dim_sub(n, max(-a, 0))) for n, (b, a) in zip(t.shape, pairs, strict=True))
     x = t.shrink(cut) if any(b < 0 or a < 0 for b, a in pairs) else t
     grow = tuple((max(b, 0), max(a, 0)) for b, a in pairs)
     return _move(x, Ops.PAD, grow) if any(b or a for b, a in grow) else x
@@ -173,13 +222,21 @@ def shrink(x: Tensor, bounds: Sequence[Pad]) -> Tensor:
     """The sub-box `start:end` of each axis: one `(start, end)` pair (or None for the whole axis) per axis."""
     if len(bounds) != x.ndim:
         raise ShapeError(f"shrink of shape {x.shape} needs one (start, end) pair per axis, got {bounds!r}")
-    pairs = tuple((0, n) if p is None else (int(p[0]), int(p[1])) for n, p in zip(x.shape, bounds, strict=True))
+    pairs = tuple((0, n) if p is None else (_amount(p[0]), _amount(p[1])) for n, p in zip(x.shape, bounds, strict=True))
     for axis, (n, (start, end)) in enumerate(zip(x.shape, pairs, strict=True)):
-        if not 0 <= start <= end <= n:
+        if not 0 <= bound_value(start) <= bound_value(end) <= bound_value(n):
             raise ShapeError(f"shrink of shape {x.shape}: axis {axis} range ({start}, {end}) is outside 0..{n}")
     if all(p == (0, n) for p, n in zip(pairs, x.shape, strict=True)):
         return x
     return _move(x, Ops.SHRINK, pairs)
+
+
+def _amount(v: object) -> int:
+    """An int amount, or a symbolic one (checked)."""
+    if is_sym(v):
+        check_size(v, "shrink/pad")
+        return v  # type: ignore[return-value]
+    return int(v)  # type: ignore[call-overload, no-any-return]
 
 
 def flip(x: Tensor, axis: int | Sequence[int]) -> Tensor:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from plygrad.frontend.lazy import const_uop, movement
-from plygrad.ir import DType, Ops, UOp, dtypes
+from plygrad.ir import DType, Ops, ShapeError, UOp, dtypes
 
 MANTISSA_BITS: Final = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24, dtypes.float64: 53}
 DEFAULT_SEED: Final = 0
@@ -145,6 +145,9 @@ def _bound(name: str, vmin: int, value: int, n: int) -> UOp:
 
 def random_bits(n: int, device: str) -> UOp:
     """n uint64 words of Threefry output for the next n counter values of the current seed."""
+    if type(n) is not int:
+        raise ShapeError("random numbers need a shape of ints, got a symbolic size: each value draws its own counter "
+                         "range; draw at the variables' maximum and shrink to the symbolic size")
     offset, seed = take(n)
     draw_id = next(_DRAW_IDS)
     draw = Draw(f"{OFFSET_PREFIX}{draw_id}", f"{KEY_PREFIX}{draw_id}", offset, n, seed)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from plygrad.frontend import autograd, scheduling
-from plygrad.frontend.lazy import buffer_view, is_tensor, placed
+from plygrad.frontend.lazy import is_tensor, output_view, placed
 from plygrad.frontend.realize_state import STATE
 from plygrad.ir import Ops, strip_reshapes, written_buffer
 from plygrad.runtime import Buffer
@@ -72,7 +72,7 @@ def point_at(t: LazyTensor, buf: Buffer) -> None:
         STATE.finish_assign(base, base.src[0], written_buffer(base.src[0]).arg.id, t)
         t.uop = t.uop.substitute({base: base.src[0]})
     else:
-        t.uop = buffer_view(buf, t.shape)
+        t.uop = output_view(buf, t.shape)
         if t._requires_grad and not autograd.is_leaf(t):
             autograd.record_realized(t.uop, graph, inputs)
         autograd.record_undecided(t)  # a realized undecided tensor is a leaf for tinygrad-style backward()

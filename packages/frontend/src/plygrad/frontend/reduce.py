@@ -34,10 +34,12 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from plygrad.frontend import creation, elementwise, lazy, movement, scan
+from plygrad.frontend.symbolic import is_sym, size_tensor
 from plygrad.ir import DTypeLike, Ops, ShapeError, UOp, dtypes, reduce_identity, sum_acc_dtype, to_dtype
+from plygrad.ir.shape import is_symbolic
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -64,6 +66,9 @@ def _reduce(x: Tensor, op: Ops, axis: Axis, keepdim: bool, name: str) -> Tensor:
     axes = x._axes(axis, name)
     if not axes:
         return x
+    if is_symbolic(x.shape):  # sizes that are variables: one REDUCE whose loop runs to the bound value
+        kept = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, axes)))
+        return kept if keepdim else kept.reshape(tuple(n for i, n in enumerate(x.shape) if i not in axes))
     n = math.prod(x.shape[a] for a in axes)
     outputs = math.prod(d for i, d in enumerate(x.shape) if i not in axes)
     if n > SPLIT_ABOVE and ((op is Ops.ADD and x.dtype.is_float) or outputs <= FEW_OUTPUTS):
@@ -190,9 +195,14 @@ def _nonempty_reduce(x: Tensor, axis: Axis, name: str) -> None:
 def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """The average; integer inputs give the default float (NaN over zero elements, like NumPy)."""
     axes = x._axes(axis, "mean")
-    count = 1
+    count: Any = 1  # an int, or an expression of size variables
     for a in axes:
         count *= x.shape[a]
+    if is_sym(count):  # a symbolic element count: divide by the variable's value, read at run time
+        total = x._cast_to(dtypes.float32 if x.dtype in HALF_FLOATS or not x.dtype.is_float else x.dtype)
+        total = _reduce(total, Ops.ADD, axis, keepdim, "mean")
+        mean_ = total.div(size_tensor(total, count))
+        return mean_._cast_to(x.dtype if x.dtype.is_float else dtypes.default_float)
     if not x.dtype.is_float:
         total = x.sum(axis, keepdim)._cast_to(dtypes.default_float)
         return total.div(float(count)) if count else total.mul(float("nan"))
