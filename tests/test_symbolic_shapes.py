@@ -178,3 +178,19 @@ def test_a_launch_past_an_input_is_refused_at_that_value() -> None:
     np.testing.assert_array_equal(out[:12], np.arange(12, dtype=np.float32) ** 2)
     with pytest.raises(IndexBoundsError, match="outside"):
         plan.execute(bufs, {"i": 9})
+
+
+def test_a_long_symbolic_float_sum_stays_accurate() -> None:
+    """Past SPLIT_ABOVE terms a float sum is blocked (issue 14); a symbolic axis that may be that long is padded with
+    zeros to its maximum and blocked the same way, so the sum is accurate at every bound value, with one program."""
+    x = np.random.default_rng(3).random(40000).astype(np.float32) + 1000
+    t = Tensor(x).realize()
+    for i in (30000, 39999, 17):
+        v = Variable("n", 1, 40000).bind(i)
+        before = _programs()
+        part = t.shrink(((0, v),))
+        got = (part.sum().item(), part.max().item(), part.mean().item())
+        want = (x[:i].astype(np.float64).sum(), x[:i].max(), x[:i].astype(np.float64).mean())
+        np.testing.assert_allclose(got, want, rtol=2e-7)
+        if i != 30000:
+            assert _programs() == before, f"recompiled at n={i}"

@@ -30,9 +30,9 @@ PAD_MODES = ("constant", "reflect", "replicate", "circular")
 
 def _dims(shape: tuple[int, ...] | tuple[Sequence[int]]) -> tuple[int, ...]:
     """Accept both `reshape(2, 3)` and `reshape((2, 3))`."""
-    if len(shape) == 1 and not isinstance(shape[0], int):
+    if len(shape) == 1 and not isinstance(shape[0], int) and not is_sym(shape[0]):  # a symbolic size is one size
         return tuple(shape[0])
-    return tuple(shape)
+    return tuple(shape)  # type: ignore[arg-type]
 
 
 def _per_axis(value: int | Sequence[int], count: int, what: str, op: str) -> tuple[int, ...]:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from plygrad.frontend import creation, elementwise, lazy, movement, scan
 from plygrad.frontend.symbolic import is_sym, size_tensor
 from plygrad.ir import DTypeLike, Ops, ShapeError, UOp, dtypes, reduce_identity, sum_acc_dtype, to_dtype
-from plygrad.ir.shape import is_symbolic
+from plygrad.ir.shape import dim_max, dim_sub, is_symbolic
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -66,8 +66,8 @@ def _reduce(x: Tensor, op: Ops, axis: Axis, keepdim: bool, name: str) -> Tensor:
     axes = x._axes(axis, name)
     if not axes:
         return x
-    if is_symbolic(x.shape):  # sizes that are variables: one REDUCE whose loop runs to the bound value
-        kept = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, axes)))
+    if is_symbolic(x.shape):
+        kept = _reduce_symbolic(x, op, axes)
         return kept if keepdim else kept.reshape(tuple(n for i, n in enumerate(x.shape) if i not in axes))
     n = math.prod(x.shape[a] for a in axes)
     outputs = math.prod(d for i, d in enumerate(x.shape) if i not in axes)
@@ -76,6 +76,21 @@ def _reduce(x: Tensor, op: Ops, axis: Axis, keepdim: bool, name: str) -> Tensor:
     else:
         kept = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, axes)))
     return kept if keepdim else kept.reshape(tuple(n for i, n in enumerate(x.shape) if i not in axes))
+
+
+def _reduce_symbolic(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
+    """A reduction over a shape with symbolic sizes (axes kept as size 1): one REDUCE whose loops run to the bound
+    values, unless it could be long (the reduced sizes' maxima past SPLIT_ABOVE, where `_reduce` blocks a concrete
+    one): then each symbolic reduced axis is padded with the op's identity to its maximum, and the reduction, of a
+    concrete length now, is blocked like any other. The padding costs loops to the maximum, the price of a float
+    sum that stays accurate at every bound value."""
+    dims: tuple[Any, ...] = x.shape
+    longest = math.prod(dim_max(dims[a]) for a in axes)
+    outputs = math.prod(dim_max(d) for i, d in enumerate(dims) if i not in axes)
+    if longest > SPLIT_ABOVE and ((op is Ops.ADD and x.dtype.is_float) or outputs <= FEW_OUTPUTS):
+        pairs = tuple((0, dim_sub(dim_max(d), d)) if i in axes and is_sym(d) else (0, 0) for i, d in enumerate(dims))
+        return _blocked(x.pad(pairs, value=reduce_identity(op, x.dtype)), op, axes)
+    return x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, axes)))
 
 
 def _blocked(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
