@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plygrad.frontend import ShapeError, Tensor, TinyJit, Variable
+from plygrad.frontend import JitError, ShapeError, Tensor, TinyJit, Variable
 from plygrad.runtime import PROGRAMS
 
 Op = Callable[[Tensor, Tensor, object], Tensor]
@@ -194,3 +194,37 @@ def test_a_long_symbolic_float_sum_stays_accurate() -> None:
         np.testing.assert_allclose(got, want, rtol=2e-7)
         if i != 30000:
             assert _programs() == before, f"recompiled at n={i}"
+
+
+def test_kv_cache_writes_and_reads_at_a_variable_position_with_one_program() -> None:
+    cache = Tensor.zeros(10, 4).contiguous().realize()
+    for i in range(5):
+        row = Tensor(np.full((1, 4), i + 1, np.float32)).realize()
+        before = _programs()
+        pos, n = Variable("p", 0, 9).bind(i), Variable("n", 1, 10).bind(i + 1)
+        cache.shrink(((pos, pos + 1), None)).assign(row).realize()
+        total = cache.shrink(((0, n), None)).sum(0).numpy()
+        np.testing.assert_array_equal(total, np.full(4, (i + 1) * (i + 2) / 2, np.float32))
+        if i >= 2:
+            assert _programs() == before, f"recompiled at position {i}"
+    np.testing.assert_array_equal(cache.numpy()[:, 0], [1, 2, 3, 4, 5, 0, 0, 0, 0, 0])
+
+
+def test_jit_reads_bound_variable_arguments_on_every_replay() -> None:
+    cache = Tensor.zeros(10, 4).contiguous().realize()
+
+    @TinyJit
+    def step(x: Tensor, pos: object, n: object) -> Tensor:
+        cache.shrink(((pos, pos + 1), None)).assign(x).realize()
+        return cache.shrink(((0, n), None)).sum(0).realize()
+
+    for i in range(6):
+        out = step(Tensor(np.full((1, 4), i + 1, np.float32)).realize(), Variable("p", 0, 9).bind(i),
+                   Variable("n", 1, 10).bind(i + 1))
+        np.testing.assert_array_equal(out.numpy(), np.full(4, (i + 1) * (i + 2) / 2, np.float32))
+    assert step.captured is not None
+    np.testing.assert_array_equal(cache.numpy()[:, 0], [1, 2, 3, 4, 5, 6, 0, 0, 0, 0])
+    with pytest.raises(JitError, match="Variable arguments changed"):
+        step(Tensor.ones(1, 4).contiguous().realize(), Variable("q", 0, 9).bind(1), Variable("n", 1, 10).bind(2))
+    with pytest.raises(JitError, match="unbound"):
+        step(Tensor.ones(1, 4).contiguous().realize(), Variable("p", 0, 9), Variable("n", 1, 10).bind(2))

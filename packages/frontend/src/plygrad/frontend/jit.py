@@ -18,7 +18,9 @@ What that means for the function:
   the argument). One Buffer passed as two arguments is refused (JitError): the recording could not tell them apart.
   A symbolic shape (`Variable(...).bind(v)`, docs/frontend.md) must have the recorded variables, at any bound
   value: such an argument is copied into a Buffer the recording sized for the variables' maxima, and a replay
-  launches the recorded kernels with the new values (the returned Tensors' shapes carry them too).
+  launches the recorded kernels with the new values (the returned Tensors' shapes carry them too). A bound
+  Variable passed as an argument (a KV cache's position) is read again on every replay, not frozen: its value
+  reaches the recorded kernels; another Variable in its place raises JitArgumentError.
 - Returned Tensors are realized at the end of the recording call. A replay returns Tensors over the *recorded*
   output Buffers: the next call overwrites them (as in tinygrad). Copy out (`.numpy()`) what must be kept. Anything
   else returned (a number, a string) would be frozen at the recording, so it is refused (JitError); None is fine.
@@ -94,6 +96,28 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, Tensor]]:
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from _walk(item, f"{path}[{key!r}]")
+
+
+def _walk_variables(value: Any, path: str) -> Iterator[tuple[str, UOp]]:
+    """Every bound Variable (a BIND UOp) inside `value`, searched as `_walk` searches for Tensors."""
+    if isinstance(value, UOp):
+        if value.op is not Ops.BIND:
+            raise JitError(f"TinyJit: {path} is an unbound {value.op.name}; pass a Variable bound to its value "
+                           "(Variable(...).bind(v)), which a replay reads again")
+        yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _walk_variables(item, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk_variables(item, f"{path}[{key!r}]")
+
+
+def _variable_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, UOp]]:
+    """The bound Variables among the arguments: a replay launches the recorded kernels with their new values."""
+    found = [item for i, a in enumerate(args) for item in _walk_variables(a, f"argument {i}")]
+    found += [item for k, a in kwargs.items() for item in _walk_variables(a, f"argument {k!r}")]
+    return found
 
 
 def _tensor_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Tensor]]:
@@ -217,6 +241,16 @@ class CapturedJit:
     template: Any
     draws: list[random.Draw]
     pruned: int = 0  # steps dropped by prune=True
+    variables: tuple[tuple[str, UOp], ...] = ()  # (path, DEFINE_VAR) of each bound Variable argument
+
+    def variable_values(self, found: list[tuple[str, UOp]]) -> dict[str, int]:
+        """The values of a replay's Variable arguments, by name; they must be the recorded variables."""
+        if [(p, b.src[0]) for p, b in found] != list(self.variables):
+            recorded = ", ".join(f"{p}: {v.arg[0]}" for p, v in self.variables) or "none"
+            got = ", ".join(f"{p}: {b.src[0].arg[0]}" for p, b in found) or "none"
+            raise JitArgumentError(f"TinyJit: the Variable arguments changed: recorded {recorded}, got {got}; pass "
+                                   "the same Variables (with any bound values) in the same places, or call reset()")
+        return {str(b.src[0].arg[0]): int(b.src[1].arg) for _, b in found}
 
     def redraw(self) -> dict[str, int]:
         """The variable values that make this replay's draws fresh: a new counter range of the recorded span
@@ -330,10 +364,12 @@ class TinyJit(Generic[R]):
             for _, t in found:
                 if is_symbolic(t.shape):
                     _stage(t, None)
+        variables = _variable_args(args, kwargs)
         if self.captured is not None:
             self.captured.check(found)
             self.cnt += 1
             vals = {} if self.frozen_random else self.captured.redraw()
+            vals.update(self.captured.variable_values(variables))
             result: R = self.captured.replay(found, vals)
             return result
         if self.cnt == 0:
@@ -369,8 +405,10 @@ class TinyJit(Generic[R]):
         inputs = [_Input(p, t.shape, t.dtype, t.device, _realized_buffer(t)) for p, t in found]
         outputs = [_Output(t.shape, t.device, _realized_buffer(t)) for _, t in _walk(result, "output")]
         varying = {n for d in draws for n in (d.offset_var, d.key_var)} if not self.frozen_random else set()
+        varying |= {str(b.src[0].arg[0]) for _, b in _variable_args(args, kwargs)}  # Variable arguments
+        varying |= {name for _, t in found for name in _size_values(t.shape)}  # symbolic argument sizes
         pruned = capture.prune([i.buffer for i in inputs], varying.__contains__) if self.prune else 0
         self.captured = CapturedJit(capture, inputs, outputs, result, [] if self.frozen_random else list(draws),
-                                    pruned)
+                                    pruned, tuple((p, b.src[0]) for p, b in _variable_args(args, kwargs)))
         self.cnt = 2
         return result
