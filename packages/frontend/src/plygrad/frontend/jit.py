@@ -86,31 +86,31 @@ class JitArgumentError(JitError, ValueError):
     """A replay's Tensor arguments are not where (or on the device) they were recorded."""
 
 
-def _walk(value: Any, path: str) -> Iterator[tuple[str, Tensor]]:
-    """Every Tensor inside `value` (lists, tuples and dicts are searched), with a path naming it for errors."""
-    if isinstance(value, Tensor):
-        yield path, value
-    elif isinstance(value, (list, tuple)):
+def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """Everything inside `value` but lists, tuples and dicts (which are searched), with a path naming it."""
+    if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            yield from _walk(item, f"{path}[{i}]")
+            yield from _leaves(item, f"{path}[{i}]")
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from _walk(item, f"{path}[{key!r}]")
+            yield from _leaves(item, f"{path}[{key!r}]")
+    else:
+        yield path, value
+
+
+def _walk(value: Any, path: str) -> Iterator[tuple[str, Tensor]]:
+    """Every Tensor inside `value`, with a path naming it for errors."""
+    return ((p, v) for p, v in _leaves(value, path) if isinstance(v, Tensor))
 
 
 def _walk_variables(value: Any, path: str) -> Iterator[tuple[str, UOp]]:
-    """Every bound Variable (a BIND UOp) inside `value`, searched as `_walk` searches for Tensors."""
-    if isinstance(value, UOp):
-        if value.op is not Ops.BIND:
-            raise JitError(f"TinyJit: {path} is an unbound {value.op.name}; pass a Variable bound to its value "
-                           "(Variable(...).bind(v)), which a replay reads again")
-        yield path, value
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            yield from _walk_variables(item, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _walk_variables(item, f"{path}[{key!r}]")
+    """Every bound Variable (a BIND UOp) inside `value`."""
+    for p, v in _leaves(value, path):
+        if isinstance(v, UOp):
+            if v.op is not Ops.BIND:
+                raise JitError(f"TinyJit: {p} is an unbound {v.op.name}; pass a Variable bound to its value "
+                               "(Variable(...).bind(v)), which a replay reads again")
+            yield p, v
 
 
 def _variable_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, UOp]]:
