@@ -228,3 +228,26 @@ def test_jit_reads_bound_variable_arguments_on_every_replay() -> None:
         step(Tensor.ones(1, 4).contiguous().realize(), Variable("q", 0, 9).bind(1), Variable("n", 1, 10).bind(2))
     with pytest.raises(JitError, match="unbound"):
         step(Tensor.ones(1, 4).contiguous().realize(), Variable("p", 0, 9), Variable("n", 1, 10).bind(2))
+
+
+@pytest.mark.parametrize("i", [1, 3, 10])
+def test_attention_over_a_symbolic_key_length_matches_torch(i: int) -> None:
+    rng = np.random.default_rng(i)
+    kv = rng.standard_normal((1, 2, 10, 8)).astype(np.float32)
+    q = rng.standard_normal((1, 2, 1, 8)).astype(np.float32)
+    k = Tensor(kv).realize().shrink((None, None, (0, Variable("L", 1, 10).bind(i)), None))
+    got = Tensor(q).scaled_dot_product_attention(k, k).numpy()
+    kt = torch.from_numpy(kv[:, :, :i])
+    want = torch.nn.functional.scaled_dot_product_attention(torch.from_numpy(q), kt, kt).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_layers_over_a_symbolic_batch_match_the_concrete_batch() -> None:
+    from plygrad.frontend import nn
+
+    x = np.random.default_rng(5).standard_normal((10, 16)).astype(np.float32)
+    lin, norm = nn.Linear(16, 8), nn.LayerNorm(8)
+    whole = Tensor(x).realize()
+    for i in (2, 9):
+        got = norm(lin(whole.shrink(((0, Variable("B", 1, 10).bind(i)), None))).gelu()).numpy()
+        np.testing.assert_allclose(got, norm(lin(Tensor(x[:i])).gelu()).numpy(), rtol=1e-6, atol=1e-6)
