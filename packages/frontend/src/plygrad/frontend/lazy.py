@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Final, Self, TypeAlias, TypeGuard
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeGuard
 
 from plygrad.frontend.modes import ModeFlags
 from plygrad.frontend.realize_state import STATE
@@ -71,13 +72,20 @@ def placed(uop: UOp, device: str, inputs: frozenset[Buffer]) -> UOp:
     return UOp(Ops.COPY, uop.dtype, (uop,), device)
 
 
-def movement(x: UOp, op: Ops, arg: object) -> UOp:
+def movement(x: UOp, op: Ops, arg: Any) -> UOp:
     """A movement node over `x` (same dtype); the IR checks the argument against x's shape. A symbolic size in
     `arg` (a UOp) becomes an extra source (symbolic.py)."""
-    if type(arg) is tuple and not _JUST_INT.issuperset(map(type, arg)) and op is not Ops.FLIP and has_sym(arg):
-        plain, extra = split_symbolic(op, arg)
-        return UOp(op, x.dtype, (x, *extra), plain)
+    if op in _PAIRS:
+        plain = _JUST_INT.issuperset(map(type, chain.from_iterable(arg)))  # C-level: movement is hot
+    else:
+        plain = op is Ops.FLIP or _JUST_INT.issuperset(map(type, arg))
+    if not plain and has_sym(arg):
+        flat, extra = split_symbolic(op, arg)
+        return UOp(op, x.dtype, (x, *extra), flat)
     return UOp(op, x.dtype, (x,), arg)
+
+
+_PAIRS: Final = frozenset({Ops.PAD, Ops.SHRINK})
 
 
 _JUST_INT: Final = frozenset({int})

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from plygrad.frontend import elementwise
 from plygrad.frontend.lazy import LazyTensor, Scalar, movement
 from plygrad.frontend.symbolic import bound_shape, bound_value, check_size, is_sym
 from plygrad.ir import Ops, ShapeError, dtypes, result_dtype
-from plygrad.ir.shape import dim_prod, dim_sub, is_symbolic, shape_text
+from plygrad.ir.shape import dim_prod, dim_sub, dim_text, is_symbolic, shape_text
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -26,6 +26,7 @@ Pad: TypeAlias = "tuple[int, int] | None"
 
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
+_JUST_INT: Final = frozenset({int})
 
 
 def _dims(shape: tuple[int, ...] | tuple[Sequence[int]]) -> tuple[int, ...]:
@@ -50,7 +51,7 @@ def _move(x: Tensor, op: Ops, arg: object) -> Tensor:
 def reshape(x: Tensor, *shape: int | Sequence[int]) -> Tensor:
     """A view with another shape of the same number of elements; one size may be -1 (inferred)."""
     dims = _dims(shape)  # type: ignore[arg-type]
-    if any(is_sym(d) for d in dims) or is_symbolic(x.shape):
+    if not _JUST_INT.issuperset(map(type, dims)) or is_symbolic(x.shape):  # C-level checks: reshape is hot
         return _reshape_symbolic(x, dims)
     if sum(d == -1 for d in dims) > 1 or any(type(d) is not int or d < -1 for d in dims):
         raise ShapeError(f"reshape of shape {x.shape} to {dims}: sizes must be ints >= 0, at most one -1")
@@ -222,10 +223,18 @@ def shrink(x: Tensor, bounds: Sequence[Pad]) -> Tensor:
     """The sub-box `start:end` of each axis: one `(start, end)` pair (or None for the whole axis) per axis."""
     if len(bounds) != x.ndim:
         raise ShapeError(f"shrink of shape {x.shape} needs one (start, end) pair per axis, got {bounds!r}")
-    pairs = tuple((0, n) if p is None else (_amount(p[0]), _amount(p[1])) for n, p in zip(x.shape, bounds, strict=True))
-    for axis, (n, (start, end)) in enumerate(zip(x.shape, pairs, strict=True)):
-        if not 0 <= bound_value(start) <= bound_value(end) <= bound_value(n):
-            raise ShapeError(f"shrink of shape {x.shape}: axis {axis} range ({start}, {end}) is outside 0..{n}")
+    try:  # ints (the common case, checked at C speed); a symbolic size or amount raises TypeError here
+        pairs = tuple((0, n) if p is None else (int(p[0]), int(p[1])) for n, p in zip(x.shape, bounds, strict=True))
+        bad = next((i for i, (n, (a, b)) in enumerate(zip(x.shape, pairs, strict=True)) if not 0 <= a <= b <= n), None)
+    except TypeError:
+        pairs = tuple((0, n) if p is None else (_amount(p[0]), _amount(p[1]))
+                      for n, p in zip(x.shape, bounds, strict=True))
+        bad = next((i for i, (n, (a, b)) in enumerate(zip(x.shape, pairs, strict=True))
+                    if not 0 <= bound_value(a) <= bound_value(b) <= bound_value(n)), None)
+    if bad is not None:
+        start, end = pairs[bad]
+        raise ShapeError(f"shrink of shape {shape_text(x.shape)}: axis {bad} range ({dim_text(start)}, "
+                         f"{dim_text(end)}) is outside 0..{dim_text(x.shape[bad])}")
     if all(p == (0, n) for p, n in zip(pairs, x.shape, strict=True)):
         return x
     return _move(x, Ops.SHRINK, pairs)
