@@ -15,9 +15,9 @@ mask-weighted mean pooling and the L2 normalization. Figures:
   at this size it mostly measures each library's per-call overhead;
 - how many kernels one forward schedules to (under the default scheduler).
 
-Timing is bench/ops_bench.py's `median_seconds` (one warm-up call, then the median of N timed calls). `--json FILE`
-also writes the figures as a list of `{"case", "unit", "lib", "median"}` like ops_bench (null where a library has no
-such figure). No timing is asserted.
+Timing is bench/ops_bench.py's `median_seconds` (warm-up calls, at least WARMUP_RUNS and WARMUP_S seconds of them,
+then the median of N timed calls). `--json FILE` also writes the figures as a list of `{"case", "unit", "lib",
+"median"}` like ops_bench (null where a library has no such figure). No timing is asserted.
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@ and tinygrad (CPU device), all measured in the same run on the same machine.
 
 Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE] [--beam N]
 
-Figures are medians of N timed runs after one warm-up run (which compiles plygrad's and tinygrad's kernels; the
-program caches serve the timed runs). The libraries take turns case by case (every library runs a case before the
-next case starts), so a machine that gets busier or quieter during the run shifts all of one case's figures
-together and the ratios between libraries stay comparable. Each timed run includes building the lazy graph and
-scheduling it, since that is what a user pays per call: `plygrad`'s `.realize()` and tinygrad's `.realize()`
+Figures are medians of N timed runs after warm-up runs (at least WARMUP_RUNS, and at least WARMUP_S seconds of
+them): the first compiles plygrad's and tinygrad's kernels, and the program caches serve the rest; the others let
+the memory a library touches and its worker threads settle. On the 2-core virtual machines here a 64 MB sum took 3-7
+ms on its first calls and settled at 1.4 ms (PyTorch) and 1.8 ms (plygrad) after tens of calls, in each library;
+with one warm-up run the median measured that ramp. The libraries take turns case by case (every library runs a case
+before the next case starts), so a machine that gets busier or quieter during the run shifts all of one case's
+figures together and the ratios between libraries stay comparable. Each timed run includes building the lazy graph
+and scheduling it, since that is what a user pays per call: `plygrad`'s `.realize()` and tinygrad's `.realize()`
 return after the work is done on the CPU. Bandwidth counts the bytes each op must read and write once; matmul-shaped
 cases count 2 flops per multiply-add. Eager overhead is one realized `x + 1` on a 16-element tensor.
 
@@ -81,8 +84,16 @@ def write_json(rows: list[dict[str, Any]], target: str) -> None:
             f.write(text + "\n")
 
 
+WARMUP_RUNS = 5
+WARMUP_S = 0.5
+
+
 def median_seconds(fn: Runner, runs: int) -> float:
-    fn()  # warm-up: compiles, fills caches
+    start = time.perf_counter()
+    done = 0
+    while done < WARMUP_RUNS or time.perf_counter() - start < WARMUP_S:  # compiles, fills caches, settles
+        fn()
+        done += 1
     times = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -262,7 +273,8 @@ def main() -> None:
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
           f"{platform.system()} {platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}")
-    print(f"medians of {args.runs} runs after a warm-up (eager: {args.runs * 20} runs); higher is better except us"
+    print(f"medians of {args.runs} runs after >= {WARMUP_RUNS} warm-up runs and >= {WARMUP_S} s of them "
+          f"(eager: {args.runs * 20} runs); higher is better except us"
           + (f"; plygrad with BEAM={args.beam}" if args.beam > 0 else ""))
     print()
     print(f"| {'op':44s} | {'unit':7s} | " + " | ".join(f"{lib:>10s}" for lib in LIBRARIES) + " |")
