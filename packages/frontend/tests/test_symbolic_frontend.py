@@ -47,3 +47,8 @@ def test_sizes_are_checked_at_the_bound_values() -> None:
         _ = Tensor.ones(3, 4).reshape(3, n)[:, 1]
     with pytest.raises(ValueError, match="mode 'constant'"):
         Tensor.ones(3, 4).reshape(3, n).pad(((0, 0), (n, 0)), mode="reflect")
+
+
+def test_repr_names_the_variables_and_their_values() -> None:
+    n = Variable("n", 1, 16).bind(4)
+    assert repr(Tensor.ones(3, 4).reshape(3, n)).startswith("<Tensor shape=(3, n) with n=4 dtype=float32")

@@ -72,6 +72,14 @@ def size_tensor(like: Tensor, size: UOp) -> Tensor:
     return like._new(broadcast_uop(value, like.shape))
 
 
+def symbolic_text(shape: Sequence[int | UOp]) -> str:
+    """A symbolic shape as text with its variables' bound values: `(2, n) with n=3`."""
+    values = {str(n.src[0].arg[0]): int(n.src[1].arg) for d in shape if isinstance(d, UOp) for n in d.toposort
+              if n.op is Ops.BIND}
+    bound = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+    return shape_text(tuple(shape)) + (f" with {bound}" if bound else "")
+
+
 def bound_shape(shape: Sequence[int | UOp]) -> tuple[int, ...]:
     """`shape` at the bound values of its variables."""
     return tuple(bound_value(d) for d in shape)

@@ -48,6 +48,7 @@ from plygrad.frontend.lazy import (
     stop_gradient,
 )
 from plygrad.frontend.modes import grad_mode, training_mode
+from plygrad.frontend.symbolic import symbolic_text
 from plygrad.ir import (
     DType,
     DTypeError,
@@ -56,6 +57,7 @@ from plygrad.ir import (
     ShapeError,
     UOp,
 )
+from plygrad.ir.shape import is_symbolic
 from plygrad.runtime import Buffer
 
 
@@ -130,7 +132,8 @@ class Tensor(LazyTensor):
 
     def __repr__(self) -> str:
         state = "realized" if self._is_realized() else f"lazy {self.uop.op.name}"
-        return f"<Tensor shape={self.shape} dtype={self.dtype.name} device={self.device} {state}>"
+        shape = str(self.shape) if not is_symbolic(self.shape) else symbolic_text(self.shape)
+        return f"<Tensor shape={shape} dtype={self.dtype.name} device={self.device} {state}>"
 
     # ---- autograd -----------------------------------------------------------------------------------------------
     def _set_requires_grad(self, value: bool | None) -> None:
