@@ -232,10 +232,27 @@ def _fused_multiply_add(dt: DType, x: float, y: float, z: float) -> float:
         nearest = float(exact)
     except OverflowError:
         return math.inf if exact > 0 else -math.inf
+    if dt.scalar() is dtypes.bfloat16:
+        return _odd_float32(exact, nearest)
     if dt.scalar() is not dtypes.float64 and Fraction(nearest) != exact \
             and struct.unpack("<Q", struct.pack("<d", nearest))[0] & 1 == 0:
         nearest = math.nextafter(nearest, math.inf if exact > nearest else -math.inf)
     return nearest
+
+
+def _odd_float32(exact: Fraction, nearest: float) -> float:
+    """`exact` rounded to odd at float32 (toward zero, then an inexact result gets its last bit set), as a float.
+    bfloat16 rounds through float32 (`_round_bfloat16`), so a float64 rounded to odd would be rounded twice on the
+    way; one rounded to odd at float32, whose 16 extra bits hold the sticky bit, rounds to bfloat16 correctly."""
+    f32 = _round_float32(nearest)
+    if math.isinf(f32):  # beyond float32: its largest finite value, odd, still rounds to the right infinity
+        f32 = math.copysign(struct.unpack("<f", struct.pack("<I", 0x7F7FFFFF))[0], nearest)
+    bits = struct.unpack("<I", struct.pack("<f", f32))[0]
+    if abs(Fraction(f32)) > abs(exact):  # rounded away from zero: one step back toward it (the sign bit stays)
+        bits -= 1
+    if Fraction(struct.unpack("<f", struct.pack("<I", bits))[0]) != exact:
+        bits |= 1
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
 def _fdiv(x: float, y: float) -> float:
