@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from plygrad.frontend import Tensor, scheduling
-from plygrad.ir import StructuralKey, UOp, structural_key
+from plygrad.frontend import Tensor, nn, scheduling
+from plygrad.frontend.realize_state import STATE
+from plygrad.ir import Ops, StructuralKey, UOp, dtypes, structural_key
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(1)
@@ -84,3 +85,39 @@ def test_random_draws_are_fresh_and_not_remembered(monkeypatch: pytest.MonkeyPat
     draws = [Tensor.rand(64).numpy() for _ in range(3)]
     assert not np.array_equal(draws[0], draws[1]) and not np.array_equal(draws[1], draws[2])
     assert len(walked) == 3
+
+
+def test_a_graph_keeps_one_plan_per_scheduler_and_each_runs_its_own() -> None:
+    a = _f32(4, 5)
+    x = Tensor(a).realize()
+    expected = np.exp2(a * 2 - a.sum(1, keepdims=True))
+    for name in ("default", "unfused", "default", "unfused"):
+        with Tensor.scheduler(name):
+            np.testing.assert_allclose((x * 2 - x.sum(1, keepdim=True)).exp2().numpy(), expected, rtol=1e-5)
+    graph = (x * 2 - x.sum(1, keepdim=True)).exp2().uop
+    sink = UOp(Ops.SINK, dtypes.void, (graph,))
+    norm = STATE.seen_graph(sink)
+    assert norm is not None and len(norm.plans) == 2, "one plan per scheduler, both kept"
+    plans = list(norm.plans.values())
+    assert plans[0] is not plans[1] and plans[0].kernel_count < plans[1].kernel_count, "unfused runs more kernels"
+
+
+def test_an_embedding_lookup_reads_the_table_as_it_is_after_an_update() -> None:
+    table = _f32(9, 4)
+    layer = nn.Embedding(9, 4)
+    layer.weight.assign(Tensor(table)).realize()
+    ids = Tensor(np.array([[3, 0], [8, 3]], dtype=np.int32))
+    np.testing.assert_array_equal(layer(ids).numpy(), table[[[3, 0], [8, 3]]])
+    layer.weight.assign(layer.weight * 2).realize()  # the same Buffer, new values
+    np.testing.assert_array_equal(layer(ids).numpy(), 2 * table[[[3, 0], [8, 3]]])
+    layer.weight = Tensor(table + 1)  # another table
+    np.testing.assert_array_equal(layer(ids).numpy(), table[[[3, 0], [8, 3]]] + 1)
+
+
+def test_a_tensor_realized_twice_gets_its_undecided_gradient_once() -> None:
+    x = Tensor(np.array([1.0, -2.0, 3.0], np.float32)).realize()
+    t = (x * 2).realize()
+    t.replace(x * 3).realize()  # realized again: recorded as an undecided leaf a second time
+    (t * t).sum().backward()
+    assert t.grad is not None
+    np.testing.assert_allclose(t.grad.numpy(), 2 * 3 * np.array([1.0, -2.0, 3.0]), rtol=1e-6)

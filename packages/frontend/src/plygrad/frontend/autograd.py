@@ -17,6 +17,7 @@ from typing import Final, TypeAlias
 
 from plygrad.frontend.gradient_marks import substitute_keeping_marks, wants_contiguous_gradient
 from plygrad.frontend.lazy import LazyTensor, const_uop, default_device, is_gradient_stop, movement, shape_of
+from plygrad.frontend.weaklist import WeakList
 from plygrad.ir import DType, Ops, UOp, dtypes
 from plygrad.ir.shape import dim_add, dim_sub, resolved_arg
 from plygrad.runtime import Buffer
@@ -38,13 +39,14 @@ def is_leaf(t: LazyTensor) -> bool:
 # Undecided leaves: realized floating-point tensors whose requires_grad is None (tinygrad's default: data loaded into
 # a Tensor, a realized result of such tensors). backward() of a loss whose own requires_grad is None (nothing on
 # its path asked for gradients, and not everything opted out) fills their .grad, as tinygrad's does; each is checked
-# again when it is used (its requires_grad or graph may have changed since). Weak and keyed by id, like LEAVES.
-UNDECIDED: Final[weakref.WeakValueDictionary[int, LazyTensor]] = weakref.WeakValueDictionary()
+# again when it is used (its requires_grad or graph may have changed since). Weak; a WeakList (every realized float
+# result is added), so a tensor realized twice is listed twice and backward() keeps one of each.
+UNDECIDED: Final[WeakList[LazyTensor]] = WeakList()
 
 
 def record_undecided(t: LazyTensor) -> None:
     if t._requires_grad is None and t.dtype.is_float:
-        UNDECIDED[id(t)] = t
+        UNDECIDED.add(t)
 
 
 # Realized tensors that require grad: their buffer view -> the graph (and the Buffers it reads) they had before.

@@ -13,9 +13,8 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from plygrad.frontend import autograd, scheduling
 from plygrad.frontend.lazy import is_tensor, output_view, placed
@@ -27,12 +26,13 @@ if TYPE_CHECKING:
     from plygrad.frontend.lazy import LazyTensor
     from plygrad.frontend.tensor import Tensor
 
-_buffer_id: Final = operator.attrgetter("id")
-
 
 def realize(tensors: Sequence[Tensor]) -> None:
     """Compute `tensors` in one schedule; afterwards each reads its own output Buffer."""
-    _run_pending_assigns(tensors)
+    # an unrun ASSIGN is pending (STATE) until point_at finishes it: without pending assigns none is computed
+    assigning = STATE.any_pending_assigns()
+    if assigning:
+        _run_pending_assigns(tensors)
     if STATE.any_done_assigns():
         for t in tensors:
             done = STATE.done_assigns_in(t.uop)
@@ -41,14 +41,18 @@ def realize(tensors: Sequence[Tensor]) -> None:
             done.pop(strip_reshapes(t.uop), None)
             if done:
                 t.uop = t.uop.substitute(done)
-    pending = [t for t in tensors if not t._is_realized()]
-    computed = [t for t in pending if t.numel() > 0]
-    computed += _old_value_readers(computed)
-    for t in pending:
-        if t.numel() == 0:  # nothing to compute: an empty buffer of the right dtype
+    computed: list[Tensor] = []
+    for t in tensors:
+        if t._is_realized():
+            continue
+        if t.numel() > 0:
+            computed.append(t)
+        else:  # nothing to compute: an empty buffer of the right dtype
             point_at(t, Buffer(t.device, 0, t.dtype))
     if computed:
-        inputs = sorted(frozenset().union(*(t.inputs for t in computed)), key=_buffer_id)
+        if assigning:
+            computed += _old_value_readers(computed)
+        inputs = computed[0].inputs if len(computed) == 1 else frozenset().union(*(t.inputs for t in computed))
         outputs = scheduling.run([placed(t.uop, t.device, t.inputs) for t in computed], inputs)
         claimed: set[int] = set()
         for t, out in zip(computed, outputs, strict=True):
@@ -59,7 +63,8 @@ def realize(tensors: Sequence[Tensor]) -> None:
                 own = Buffer(out.device, out.size, out.dtype).copyin(out.copyout())
             claimed.add(own.id)
             point_at(t, own)
-    STATE.flush(buf for t in tensors for buf in t.inputs)  # a generator: usually nothing is staged
+    if STATE.any_host_data():  # usually nothing is staged
+        STATE.flush(buf for t in tensors for buf in t.inputs)
 
 
 def point_at(t: LazyTensor, buf: Buffer) -> None:

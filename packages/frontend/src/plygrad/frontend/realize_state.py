@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final
 
+from plygrad.frontend.weaklist import WeakList
 from plygrad.ir import Stage, UOp, serialize
 from plygrad.runtime import Buffer, BytesLike, Capture
 
@@ -58,13 +59,14 @@ class RealizeState:
     def __init__(self) -> None:
         self._pending_assigns: dict[int, list[LazyTensor]] = {}
         self._done_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-        # weak references in a list, not a WeakSet: every tensor that reads a Buffer is added (thousands per model
-        # forward), and a WeakSet costs a Python-level add and a callback per death; dead references are dropped
-        # when the list has doubled since the last sweep
-        self._readers: list[weakref.ref[LazyTensor]] = []
-        self._readers_sweep_at = MIN_READERS_SWEEP
-        self._readers_lock = threading.Lock()  # the list may not be swept while another thread appends
+        # whether `_done_assigns` / `_host_data` may hold an entry: realize asks on every call, and a weak
+        # dictionary's len() is Python code. Set after an insert; cleared before the table is found empty, so a
+        # racing insert always leaves it set
+        self._maybe_done_assigns = False
+        # every tensor that reads a Buffer is added (thousands per model forward): a WeakList, not a WeakSet
+        self._readers: WeakList[LazyTensor] = WeakList(MIN_READERS_SWEEP)
         self._host_data: weakref.WeakKeyDictionary[Buffer, BytesLike] = weakref.WeakKeyDictionary()
+        self._maybe_host_data = False
         # held from taking a Buffer's staged data until it is copied in: a thread realizing another graph over the
         # same Buffer must not launch on it in between (it would read memory the copy has not filled yet)
         self._flushing = threading.Lock()
@@ -95,6 +97,7 @@ class RealizeState:
     def finish_assign(self, node: UOp, target: UOp, buffer_id: int, tensor: LazyTensor) -> None:
         """The ASSIGN `node` (held by `tensor`) ran: later graphs read `target` instead, and it is not pending."""
         self._done_assigns[node] = target
+        self._maybe_done_assigns = True
         waiting = [t for t in self._pending_assigns.get(buffer_id, []) if t is not tensor]
         if waiting:
             self._pending_assigns[buffer_id] = waiting
@@ -107,7 +110,12 @@ class RealizeState:
 
     def any_done_assigns(self) -> bool:
         """Whether some ASSIGN ran that a live graph may still hold."""
-        return bool(self._done_assigns)
+        if not self._maybe_done_assigns:
+            return False
+        self._maybe_done_assigns = False
+        if self._done_assigns:
+            self._maybe_done_assigns = True
+        return self._maybe_done_assigns
 
     def done_assigns_in(self, graph: UOp) -> dict[UOp, UOp]:
         """The ASSIGN nodes of `graph` that already ran, each mapped to its target view."""
@@ -117,27 +125,30 @@ class RealizeState:
     def add_reader(self, tensor: LazyTensor) -> None:
         """`tensor`'s graph reads a Buffer (kept weakly: a reader that is gone needs no old values). Each tensor is
         added once, when it is made."""
-        ref = weakref.ref(tensor)
-        with self._readers_lock:
-            self._readers.append(ref)
-            if len(self._readers) >= self._readers_sweep_at:
-                self._readers = [r for r in self._readers if r() is not None]
-                self._readers_sweep_at = max(MIN_READERS_SWEEP, 2 * len(self._readers))
+        self._readers.add(tensor)
 
     def readers(self) -> list[LazyTensor]:
         """The live tensors whose graphs read a Buffer."""
-        with self._readers_lock:
-            refs = list(self._readers)
-        return [t for t in (r() for r in refs) if t is not None]
+        return self._readers.live()
 
     # ---- host data ----------------------------------------------------------------------------------------------
     def stage(self, buf: Buffer, data: BytesLike) -> None:
         """Remember `data` as `buf`'s contents; it is copied in the first time a realize needs the buffer."""
         self._host_data[buf] = data
+        self._maybe_host_data = True
+
+    def any_host_data(self) -> bool:
+        """Whether some Buffer still has host data waiting to be copied in."""
+        if not self._maybe_host_data:
+            return False
+        self._maybe_host_data = False
+        if self._host_data:
+            self._maybe_host_data = True
+        return self._maybe_host_data
 
     def flush(self, buffers: Iterable[Buffer]) -> None:
         """Copy staged host data into those of `buffers` that still have some (in buffer-id order)."""
-        if not self._host_data:  # the common case once a program's inputs are in: nothing to look up
+        if not self.any_host_data():  # the common case once a program's inputs are in: nothing to look up
             return
         with self._flushing:
             for buf in sorted(buffers, key=lambda b: b.id):

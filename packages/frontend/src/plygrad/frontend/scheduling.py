@@ -25,10 +25,10 @@ missing the same entry at once both schedule it (the same bytes) rather than one
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from plygrad.frontend import autograd, config, random
@@ -36,7 +36,7 @@ from plygrad.frontend.errors import SchedulerNotFoundError
 from plygrad.frontend.realize_state import STATE
 from plygrad.ir import Ops, Stage, UOp, dtypes, serialize, structural_key
 from plygrad.runtime import Buffer, ExecPlan, discovery, load_plan, lookup_buffer, read_schedule
-from plygrad.runtime.config import PLYGRAD_FORCE_BYTES
+from plygrad.runtime.config import PLYGRAD_CODEGEN, PLYGRAD_FORCE_BYTES
 
 SCHEDULERS: Final = "plygrad.schedulers"
 ScheduleFn = Callable[[bytes], bytes]
@@ -111,12 +111,16 @@ def schedule_uop(roots: Sequence[UOp]) -> UOp:
 @dataclass
 class Normalized:
     """A graph's structural key and what maps it back: the real buffer id of each BUFFER number, and for each
-    variable of the key its value and its real name (the random generator's `rng_` variables are renumbered)."""
+    variable of the key its value and its real name (the random generator's `rng_` variables are renumbered).
+    `plans` keeps the plan each (scheduler, codegen) ran this graph with, once its outputs were checked against the
+    graph's roots: a graph realized again (found by identity, `STATE.seen_graph`) skips the schedule and plan
+    caches and that check."""
 
     key: UOp
     ids: list[int]
     vals: dict[str, int]
     names: dict[str, str]
+    plans: dict[tuple[ScheduleFn, str], ExecPlan] = field(default_factory=dict)
 
 
 def normalize(sink: UOp) -> Normalized:
@@ -160,32 +164,40 @@ def _may_recur(sink: UOp) -> bool:
     return True
 
 
-def run(roots: Sequence[UOp], inputs: Sequence[Buffer]) -> list[Buffer]:
+def run(roots: Sequence[UOp], inputs: Collection[Buffer]) -> list[Buffer]:
     """Schedule and run `roots`; return the Buffer holding each root. `inputs` are the Buffers the graph reads."""
-    unique = list(dict.fromkeys(roots))  # hash-consed: equal graphs are one node, realized once
+    unique = list(dict.fromkeys(roots)) if len(roots) > 1 else list(roots)  # equal graphs are one node, run once
     sink = UOp(Ops.SINK, dtypes.void, tuple(unique))
     by_id = {buf.id: buf for buf in inputs}
-    plan: ExecPlan
+    plan: ExecPlan | None
     vals: dict[str, int] | None = None
     names: dict[str, str] | None = None
     name = scheduler_name()  # read once: each read of a setting is an environment lookup
     if PLYGRAD_FORCE_BYTES.get():
         plan = load_plan(find_scheduler(name)(serialize(sink, Stage.TENSOR)), producer(name))
+        plan.check_outputs(unique)
         given = by_id
     else:
         norm = normalize(sink)
-        # the schedule bytes of the normalized SINK, asked once per (scheduler, structure); keyed by the loaded
-        # scheduler callable, not its name, so a swapped or uninstalled scheduler (discovery clears `_LOADED`) is
-        # never answered for by another one's cached schedules
-        plan = load_plan(STATE.schedule(find_scheduler(name), norm.key), producer(name))
+        # keyed by the loaded scheduler callable, not its name, so a swapped or uninstalled scheduler (discovery
+        # clears `_LOADED`) is never answered for by another one's schedules
+        plan_key = (find_scheduler(name), PLYGRAD_CODEGEN.get())
+        plan = norm.plans.get(plan_key)
+        if plan is None:
+            # the schedule bytes of the normalized SINK, asked once per (scheduler, structure)
+            plan = load_plan(STATE.schedule(plan_key[0], norm.key), producer(name))
+            plan.check_outputs(unique)
+            norm.plans[plan_key] = plan
         given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(norm.ids)}
         vals, names = norm.vals, norm.names
-    STATE.flush(inputs)
-    plan.check_outputs(unique)
+    if STATE.any_host_data():
+        STATE.flush(inputs)
     bufs = plan.bind(given)
     plan.execute(bufs, vals)
     capture = STATE.capture()
     if capture is not None:
         capture.record(plan, bufs, vals, names)
+    if len(unique) == 1:
+        return [plan.output_buffer(bufs, 0, given)] * len(roots)
     by_root = {root: plan.output_buffer(bufs, n, given) for n, root in enumerate(unique)}
     return [by_root[root] for root in roots]

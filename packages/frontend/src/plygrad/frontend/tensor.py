@@ -229,8 +229,8 @@ class Tensor(LazyTensor):
             found = (ref() for ref in autograd.LEAVES.valuerefs())
             leaves = [t for t in found if isinstance(t, Tensor) and t._requires_grad and t.uop in nodes]
         else:
-            found = (ref() for ref in autograd.UNDECIDED.valuerefs())
-            leaves = [t for t in found if isinstance(t, Tensor) and t._requires_grad is None and t._is_realized()
+            once = {id(t): t for t in autograd.UNDECIDED.live()}.values()  # a tensor realized twice is listed twice
+            leaves = [t for t in once if isinstance(t, Tensor) and t._requires_grad is None and t._is_realized()
                       and t.dtype.is_float and t.uop in nodes]
             if not leaves:
                 raise RuntimeError(f"backward: this tensor (shape {self.shape}) does not require grad and no realized "

@@ -7,6 +7,7 @@ Everything that walks a graph here is iterative, so graphs deeper than Python's 
 
 from __future__ import annotations
 
+import operator
 import struct
 import threading
 import weakref
@@ -44,20 +45,35 @@ def arg_key(arg: Any) -> Any:
     if kind is bool:
         return (_BOOL_TAG, arg)
     if kind is tuple:  # mostly shapes: an int is its own key, so no call for it
+        if _INTS.issuperset(map(type, arg)):  # C-level
+            return (_TUPLE_TAG, *arg)
         return (_TUPLE_TAG, *[a if type(a) is int else arg_key(a) for a in arg])
-    names = _RECORD_KEY_FIELDS.get(kind)
-    if names is None and hasattr(kind, "record_name"):
-        names = _RECORD_KEY_FIELDS[kind] = record_fields(kind)
-    if names is not None:  # a record's own == would merge BufferRef(True, ..) with BufferRef(1, ..)
-        fields = [getattr(arg, name) for name in names]
-        return (kind, *[v if type(v) is int or type(v) is str else arg_key(v) for v in fields])
+    fields = _RECORD_FIELDS.get(kind)
+    if fields is None and hasattr(kind, "record_name"):
+        fields = _RECORD_FIELDS[kind] = _fields_getter(record_fields(kind))
+    if fields is not None:  # a record's own == would merge BufferRef(True, ..) with BufferRef(1, ..)
+        values = fields(arg)
+        if _PLAIN_KEYS.issuperset(map(type, values)):  # C-level: a BufferRef is keyed for every realized tensor
+            return (kind, *values)
+        return (kind, *[v if type(v) is int or type(v) is str else arg_key(v) for v in values])
     return arg
 
 
+def _fields_getter(names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving a record's field values as a tuple, in order (operator.attrgetter, at C speed)."""
+    if len(names) == 1:
+        one = operator.attrgetter(names[0])
+        return lambda record: (one(record),)
+    if not names:
+        return lambda record: ()
+    return operator.attrgetter(*names)
+
+
 _PACK_DOUBLE: Final = struct.Struct("<d").pack
+_PLAIN_KEYS: Final = frozenset({int, str})  # field values that are their own key
+_INTS: Final = frozenset({int})
 
-
-_RECORD_KEY_FIELDS: dict[type, tuple[str, ...]] = {}
+_RECORD_FIELDS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 
 
 class _NodeRef(weakref.ref["UOp"]):
@@ -124,13 +140,21 @@ class UOp:
         _SET_SRC(node, src)
         _SET_ARG(node, arg)
         _SET_KEY(node, key)
-        with _CACHE_LOCK:  # graphs are built and lowered in several threads (docs/threads.md)
-            current = cache.get(key)
-            if current is not None:
-                found = current()
-                if found is not None:
-                    return found  # another thread built it first
-            cache[key] = _node_ref(node, key)
+        # graphs are built and lowered in several threads (docs/threads.md): setdefault inserts atomically (the
+        # key hashes and compares in C), so no lock unless the entry there is a dead node's
+        ref = _node_ref(node, key)
+        current = cache.setdefault(key, ref)
+        if current is not ref:
+            found = current()
+            if found is not None:
+                return found  # another thread built it first
+            with _CACHE_LOCK:  # a dead node whose `_forget` has not run yet
+                again = cache.get(key)
+                if again is not None:
+                    found = again()
+                    if found is not None:
+                        return found
+                cache[key] = ref
         return node
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -35,6 +35,7 @@ _LOADED_LIBRARIES: Final[list[Any]] = []
 # where no in-memory file exists, dlopen reads a library from a temp file <LIBRARY_PREFIX><pid>-....so, deleted once
 # loaded; one a killed process left behind is removed when the backend next opens
 LIBRARY_PREFIX: Final = "plygrad-so-"
+_ONE: Final = (1, 1, 1)  # the only global and local size a CPU program runs with
 
 
 @functools.cache
@@ -79,14 +80,15 @@ class CPUProgram(Program):
 
     def _function(self, n_buffers: int, n_vals: int) -> Any:
         key = (n_buffers, n_vals)
-        if key not in self._signatures:
+        found = self._signatures.get(key)
+        if found is None:
             args = ", ".join(["void*"] * n_buffers + ["long long"] * n_vals) or "void"
-            self._signatures[key] = self.ffi.cast(f"void(*)({args})", self.entry)
-        return self._signatures[key]
+            found = self._signatures[key] = self.ffi.cast(f"void(*)({args})", self.entry)
+        return found
 
     def __call__(self, buffers: Sequence[Any], global_size: tuple[int, int, int],
                  local_size: tuple[int, int, int] | None, vals: Sequence[int], wait: bool = False) -> float | None:
-        if global_size != (1, 1, 1) or local_size not in (None, (1, 1, 1)):
+        if global_size != _ONE or (local_size is not None and local_size != _ONE):
             raise BackendError(f"CPU program {self.name!r} launched with global size {global_size} and local size "
                                f"{local_size}: a CPU program runs all its loops itself, so codegen must give "
                                "global (1, 1, 1) and local None for a Target with has_local=False")
