@@ -11,7 +11,7 @@ axis, which codegen turns back into a load (codegen/gather.py).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import numpy as np
 
@@ -274,6 +274,28 @@ def embedding_rows(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
     form wraps its first float op in a gradient stop (lazy.py)."""
     if type(weight).no_grad:
         return _embedding_rows_by_tensors(weight, idx, vocab)
+    key = (weight.uop, idx.uop, vocab, weight.device, idx.device)
+    rows = _ROWS.get(key)
+    if rows is None:
+        rows = _embedding_rows_uop(weight, idx, vocab)
+        if len(_ROWS) >= MAX_ROWS_KEPT:
+            _ROWS.clear()
+        _ROWS[key] = rows
+    node, requires_grad = weight._derived_grad(rows, weight)  # idx, an integer, takes no part in it
+    return weight._make(node, weight.device, weight.inputs | idx.inputs, requires_grad)
+
+
+# The graphs `embedding_rows` built last, by (weight node, index node, vocabulary, devices): a model looks up the
+# same ids in the same table again (each forward of a batch, each decoding step's cache), and the graph is a pure
+# function of those nodes (hash-consed: built again it would be the same object), so it is built once. Holding a
+# node keeps no Buffer alive (a BUFFER node names its buffer by id). Emptied when full: a plain dict, so threads
+# may share it without a lock.
+MAX_ROWS_KEPT: Final = 64
+_ROWS: Final[dict[tuple[UOp, UOp, int, str, str], UOp]] = {}
+
+
+def _embedding_rows_uop(weight: Tensor, idx: Tensor, vocab: int) -> UOp:
+    """The graph of `embedding_rows`, before autograd's part."""
     batch = idx.shape
     column = movement(idx.uop, Ops.RESHAPE, (*batch, 1))  # idx.unsqueeze(-1)
     counter = creation._counter_uop(vocab, idx.device)  # Tensor.arange(vocab)
@@ -291,9 +313,7 @@ def embedding_rows(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
     # indexing._pick(chosen, (-2,)), then .cast(weight.dtype)
     axis = len(shape) - 2
     rows = UOp(Ops.REDUCE, value_dtype, (chosen,), (Ops.ADD, (axis,)))
-    rows = movement(rows, Ops.RESHAPE, tuple(n for i, n in enumerate(shape) if i != axis)).cast(weight.dtype)
-    node, requires_grad = weight._derived_grad(rows, weight)  # idx, an integer, takes no part in it
-    return weight._make(node, weight.device, weight.inputs | idx.inputs, requires_grad)
+    return movement(rows, Ops.RESHAPE, tuple(n for i, n in enumerate(shape) if i != axis)).cast(weight.dtype)
 
 
 def _embedding_rows_by_tensors(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:

@@ -99,11 +99,29 @@ def shape_of(x: UOp) -> tuple[int, ...]:
 
 
 def const_uop(dtype: DType, value: ConstType, shape: tuple[int, ...]) -> UOp:
-    """A constant of `shape`: a CONST (shape ()) reshaped to all-ones and EXPANDed, the broadcast the IR spells out."""
+    """A constant of `shape`: a CONST (shape ()) reshaped to all-ones and EXPANDed, the broadcast the IR spells out.
+    Kept in `_CONSTS` by (dtype, type, value, shape) where the value is its own key (an int, a bool, a float other
+    than a zero, whose sign == ignores, and NaN, which equals nothing): models repeat the same scalars (scales,
+    epsilons) every call."""
+    key = (dtype, type(value), value, shape)
+    found = _CONSTS.get(key)
+    if found is not None:
+        return found
     node = UOp.const(dtype, value)
-    if not shape:
-        return node
-    return movement(movement(node, Ops.RESHAPE, (1,) * len(shape)), Ops.EXPAND, shape)
+    if shape:
+        node = movement(movement(node, Ops.RESHAPE, (1,) * len(shape)), Ops.EXPAND, shape)
+    kind = type(value)
+    if kind is int or kind is bool or (kind is float and not math.isnan(value) and value != 0.0):
+        if len(_CONSTS) >= MAX_CONSTS_KEPT:
+            _CONSTS.clear()
+        _CONSTS[key] = node
+    return node
+
+
+# `const_uop`'s recent answers (held strongly: a few small nodes each). Emptied when full: a plain dict, so threads
+# may share it without a lock.
+MAX_CONSTS_KEPT: Final = 4096
+_CONSTS: Final[dict[tuple[Any, ...], UOp]] = {}
 
 
 def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
@@ -114,9 +132,11 @@ def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
 def output_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     """A realized tensor of `shape` in the buffer a schedule gave it: `buffer_view`, except that a buffer sized for a
     symbolic tensor's maxima holds a concrete view of that tensor as its first elements (a SHRINK first)."""
-    if _JUST_INT.issuperset(map(type, shape)) and math.prod(shape) < buf.size:
-        node = movement(UOp(Ops.BUFFER, buf.dtype, (), buf.ref()), Ops.SHRINK, ((0, math.prod(shape)),))
-        return movement(node, Ops.RESHAPE, shape)
+    if _JUST_INT.issuperset(map(type, shape)):  # C-level: every realize makes one of these
+        node = UOp(Ops.BUFFER, buf.dtype, (), buf.ref())
+        if math.prod(shape) < buf.size:
+            node = UOp(Ops.SHRINK, buf.dtype, (node,), ((0, math.prod(shape)),))
+        return UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
     return buffer_view(buf, shape)
 
 
