@@ -8,8 +8,9 @@ Threads (docs/threads.md): the engine is imported once under a lock. Two threads
 once may both compile and load it; the first loaded program stored is the one both use.
 
 A schedule's kernels are independent programs, and a compiler is another process (or a library call that drops
-the GIL), so `prepare_kernels` lowers them one by one but compiles the new ones side by side, one per core
-(PLYGRAD_COMPILE_JOBS): a cold schedule of 16 kernels costs about half the time on 2 cores.
+the GIL), so `prepare_kernels` lowers them one by one and hands each new one to a compiler as soon as it is lowered,
+side by side, one per core (PLYGRAD_COMPILE_JOBS): the compiles overlap each other and the lowering of the next
+kernels, and a cold schedule of 16 kernels costs about half the time on 2 cores.
 
 With BEAM=n, the optimization list each kernel is lowered with comes from `beam.chosen_opts` (searched on the
 device the first time, then read from the program cache's records) and is handed to the engine as the third
@@ -83,17 +84,19 @@ def prepare_kernels(kernels: Sequence[tuple[Backend, UOp, str]]) -> list[LoadedP
     by side (see the module docstring). Errors are those `prepare_kernel` raises, for the first kernel that fails."""
     jobs = config.PLYGRAD_COMPILE_JOBS.get() or os.cpu_count() or 1
     if jobs > 1 and len(kernels) > 1:
-        pending: dict[tuple[str, str], tuple[Backend, bytes, str]] = {}
-        for backend, body, name in kernels:
-            found = _lowered_source(backend, body, name)
-            if found is not None:
-                pending.setdefault((backend.name, found[1]), (backend, found[0], found[1]))
-        if len(pending) > 1:
-            with ThreadPoolExecutor(min(jobs, len(pending)), thread_name_prefix="plygrad-compile") as pool:
-                # a failed compile is not reported here: prepare_kernel below compiles it again and raises with
-                # the kernel's name, in schedule order
-                for future in [pool.submit(_compile_quietly, b, t, src) for b, t, src in pending.values()]:
-                    future.result()
+        submitted: set[tuple[str, str]] = set()
+        with ThreadPoolExecutor(min(jobs, len(kernels)), thread_name_prefix="plygrad-compile") as pool:
+            futures = []
+            for backend, body, name in kernels:
+                # lowered here while the compiles submitted before run: a compiler is another process
+                found = _lowered_source(backend, body, name)
+                if found is not None and (backend.name, found[1]) not in submitted:
+                    submitted.add((backend.name, found[1]))
+                    futures.append(pool.submit(_compile_quietly, backend, found[0], found[1]))
+            # a failed compile is not reported here: prepare_kernel below compiles it again and raises with the
+            # kernel's name, in schedule order
+            for future in futures:
+                future.result()
     return [prepare_kernel(backend, body, name) for backend, body, name in kernels]
 
 
