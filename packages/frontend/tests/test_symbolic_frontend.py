@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from plygrad.frontend import ShapeError, Tensor, Variable
-from plygrad.ir import Ops
+from plygrad.ir import Ops, UOp, dtypes
+from plygrad.ir.shape import size_expr_problem
 
 
 def test_variable_is_an_index_variable_and_bind_gives_it_a_value() -> None:
@@ -52,3 +53,14 @@ def test_sizes_are_checked_at_the_bound_values() -> None:
 def test_repr_names_the_variables_and_their_values() -> None:
     n = Variable("n", 1, 16).bind(4)
     assert repr(Tensor.ones(3, 4).reshape(3, n)).startswith("<Tensor shape=(3, n) with n=4 dtype=float32")
+
+
+def test_a_size_that_is_not_an_index_expression_is_refused_by_the_irs_rule() -> None:
+    n = Variable("n", 1, 16).bind(4)
+    as_float = UOp(Ops.CAST, dtypes.index, (UOp(Ops.CAST, dtypes.float32, (n,)),))  # index on the outside only
+    assert size_expr_problem(n * 2 + 1) is None
+    assert size_expr_problem(as_float) is not None
+    with pytest.raises(ShapeError, match=r"symbolic size must be a Variable.*CAST of dtype float"):
+        Tensor.ones(3, 4).reshape(3, as_float)
+    with pytest.raises(ShapeError, match=r"symbolic size must be a Variable.*CAST"):
+        Tensor.ones(3, 4).shrink(((0, 2), (0, as_float)))

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from plygrad.ir import DType, EvaluationError, Ops, ShapeError, UOp, dtypes, evaluate
-from plygrad.ir.shape import SYMBOLIC_MOVEMENT, dim_text, shape_text
+from plygrad.ir.shape import SYMBOLIC_MOVEMENT, dim_text, shape_text, size_expr_problem
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -41,14 +41,12 @@ def is_sym(x: object) -> bool:
 
 
 def check_size(x: Any, where: str) -> None:
-    """A symbolic size must be an index-dtype expression of constants and variables."""
-    if x.dtype is not dtypes.index or any(n.op not in (Ops.CONST, Ops.DEFINE_VAR, Ops.BIND) and n.op.name not in
-                                          _INDEX_ALU for n in x.toposort):
+    """A symbolic size must be an index-dtype expression of constants and variables (the IR's rule,
+    `size_expr_problem`), checked before a graph is built with it."""
+    bad = size_expr_problem(x)
+    if bad is not None:
         raise ShapeError(f"{where}: a symbolic size must be a Variable (bound with .bind) or an index expression of "
-                         f"one, got {x!r}")
-
-
-_INDEX_ALU = frozenset({"ADD", "SUB", "MUL", "IDIV", "MOD", "MAX", "NEG"})
+                         f"one; this one holds a {bad.op.name} of dtype {bad.dtype.name}")
 
 
 def bound_value(x: int | UOp) -> int:

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from plygrad.ir.dtype import dtypes
 from plygrad.ir.errors import ShapeError
 from plygrad.ir.ops import GroupOp, Ops
 from plygrad.ir.records import BufferRef
@@ -65,6 +66,19 @@ def _is_dims(arg: Any) -> bool:
 def is_size_expr(x: Any) -> bool:
     """Whether `x` is a symbolic size: a UOp of the index dtype (shape.py cannot import UOp: uop.py imports it)."""
     return hasattr(x, "op") and getattr(x.dtype, "name", None) == "index"
+
+
+SIZE_LEAVES: Final = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
+
+
+def size_expr_problem(size: Any) -> Any | None:
+    """The first node of the expression `size` that a symbolic size may not hold, or None when it is a size: every
+    node is of the index dtype and a CONST, DEFINE_VAR, BIND or ALU op. The one rule for the IR's checks
+    (verify_graph) and the frontend's (an error before the graph is built)."""
+    for n in size.toposort:
+        if n.dtype is not dtypes.index or not (n.op in SIZE_LEAVES or n.op in GroupOp.ALU):
+            return n
+    return None
 
 
 def is_symbolic(shape: Shape) -> bool:

@@ -17,6 +17,7 @@ from typing import Final, NamedTuple
 from plygrad.ir.dtype import MAX_VECTOR_WIDTH, AddrSpace, DType, PtrDType, dtypes
 from plygrad.ir.ops import AxisType, GroupOp, Ops
 from plygrad.ir.records import KernelInfo
+from plygrad.ir.shape import size_expr_problem
 from plygrad.ir.uop import UOp
 from plygrad.ir.verify_values import (
     buffer_ref_problem,
@@ -104,9 +105,6 @@ def _size_pairs_arg(node: UOp) -> str | None:
     return f"needs a tuple of (int, int) pairs (None for a symbolic amount), got {show(arg)}"
 
 
-_SIZE_LEAVES: Final = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
-
-
 def _symbolic_sizes(node: UOp, wanted: int) -> str | None:
     """A movement op's extra sources are its symbolic sizes, one per None of its argument: index-dtype expressions
     of constants and variables (shape.py)."""
@@ -114,10 +112,10 @@ def _symbolic_sizes(node: UOp, wanted: int) -> str | None:
     if len(extra) != wanted:
         return f"has {wanted} symbolic size{'s' if wanted != 1 else ''} (None entries) but {len(extra)} size sources"
     for i, size in enumerate(extra, 1):
-        for n in size.toposort:
-            if n.dtype is not dtypes.index or not (n.op in _SIZE_LEAVES or n.op in GroupOp.ALU):
-                return (f"src[{i}] must be a size: an index-dtype expression of CONST, DEFINE_VAR and BIND, but it "
-                        f"holds a {n.op.name} of dtype {dtype_word(n.dtype)}")
+        n = size_expr_problem(size)
+        if n is not None:
+            return (f"src[{i}] must be a size: an index-dtype expression of CONST, DEFINE_VAR and BIND, but it "
+                    f"holds a {n.op.name} of dtype {dtype_word(n.dtype)}")
     return None
 
 
