@@ -3,6 +3,7 @@ The cases that need a backend to run are in tests/test_realize_state.py."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from plygrad.frontend import Tensor, realize_state
 from plygrad.frontend.realize_state import RealizeState
 from plygrad.ir import UOp, dtypes
+from plygrad.runtime import Buffer
 
 
 def test_pending_assigns_are_taken_once_in_buffer_then_creation_order() -> None:
@@ -87,3 +89,17 @@ def test_readers_are_the_live_tensors_and_dead_references_are_swept(monkeypatch:
         state.add_reader(Tensor(float(i)))
     assert {id(t) for t in state.readers()} == {id(t) for t in kept}
     assert len(state._readers) < 13, "dead references were swept"
+
+
+def test_staged_host_data_goes_with_its_buffer_and_is_looked_up_by_id() -> None:
+    state = RealizeState()
+    kept, dropped = Buffer("CPU", 4, dtypes.float32), Buffer("CPU", 4, dtypes.float32)
+    state.stage(kept, b"\0" * 16)
+    state.stage(dropped, b"\1" * 16)
+    state.stage(dropped, b"\2" * 16)  # staged again: the newer data replaces the older
+    assert state.any_host_data()
+    del dropped
+    gc.collect()
+    assert state._host_data.keys() == {kept.id}, "a Buffer that died takes its staged data with it"
+    state.flush([])  # asks about no buffer: nothing is copied
+    assert state.any_host_data()

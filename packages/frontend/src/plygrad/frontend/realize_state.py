@@ -59,14 +59,16 @@ class RealizeState:
     def __init__(self) -> None:
         self._pending_assigns: dict[int, list[LazyTensor]] = {}
         self._done_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-        # whether `_done_assigns` / `_host_data` may hold an entry: realize asks on every call, and a weak
-        # dictionary's len() is Python code. Set after an insert; cleared before the table is found empty, so a
-        # racing insert always leaves it set
+        # whether `_done_assigns` may hold an entry: realize asks on every call, and a weak dictionary's len() is
+        # Python code. Set after an insert; cleared before the table is found empty, so a racing insert always
+        # leaves it set
         self._maybe_done_assigns = False
         # every tensor that reads a Buffer is added (thousands per model forward): a WeakList, not a WeakSet
         self._readers: WeakList[LazyTensor] = WeakList(MIN_READERS_SWEEP)
-        self._host_data: weakref.WeakKeyDictionary[Buffer, BytesLike] = weakref.WeakKeyDictionary()
-        self._maybe_host_data = False
+        # buffer id -> (the Buffer, weakly; its data): a plain dict, so that a realize asks it at C speed whether
+        # one of its buffers has data waiting (a WeakKeyDictionary's lookups are Python code); the entry goes when
+        # the Buffer dies, by its weak reference's callback
+        self._host_data: dict[int, tuple[weakref.ref[Buffer], BytesLike]] = {}
         # held from taking a Buffer's staged data until it is copied in: a thread realizing another graph over the
         # same Buffer must not launch on it in between (it would read memory the copy has not filled yet)
         self._flushing = threading.Lock()
@@ -134,27 +136,33 @@ class RealizeState:
     # ---- host data ----------------------------------------------------------------------------------------------
     def stage(self, buf: Buffer, data: BytesLike) -> None:
         """Remember `data` as `buf`'s contents; it is copied in the first time a realize needs the buffer."""
-        self._host_data[buf] = data
-        self._maybe_host_data = True
+        staged = self._host_data
+        buffer_id = buf.id
+
+        def forget(ref: weakref.ref[Buffer]) -> None:
+            entry = staged.get(buffer_id)
+            if entry is not None and entry[0] is ref:
+                staged.pop(buffer_id, None)
+
+        staged[buffer_id] = (weakref.ref(buf, forget), data)
 
     def any_host_data(self) -> bool:
         """Whether some Buffer still has host data waiting to be copied in."""
-        if not self._maybe_host_data:
-            return False
-        self._maybe_host_data = False
-        if self._host_data:
-            self._maybe_host_data = True
-        return self._maybe_host_data
+        return bool(self._host_data)
 
     def flush(self, buffers: Iterable[Buffer]) -> None:
         """Copy staged host data into those of `buffers` that still have some (in buffer-id order)."""
-        if not self.any_host_data():  # the common case once a program's inputs are in: nothing to look up
+        staged = self._host_data
+        if not staged:  # the common case once a program's inputs are in: nothing to look up
+            return
+        waiting = [buf for buf in buffers if buf.id in staged]
+        if not waiting:
             return
         with self._flushing:
-            for buf in sorted(buffers, key=lambda b: b.id):
-                data = self._host_data.pop(buf, None)
-                if data is not None:
-                    buf.copyin(data)
+            for buf in sorted(waiting, key=lambda b: b.id):
+                entry = staged.pop(buf.id, None)
+                if entry is not None:
+                    buf.copyin(entry[1])
 
     # ---- schedules ----------------------------------------------------------------------------------------------
     def schedule(self, scheduler: Callable[[bytes], bytes], key: UOp) -> bytes:
