@@ -55,6 +55,7 @@ class CFFIAllocator(Allocator[Any]):
     def __init__(self, ffi: cffi.FFI) -> None:
         self.ffi = ffi
         self._new = aligned_new(ffi)
+        self._char_array = ffi.typeof("char[]")  # looked up once: ffi.new of a C type skips parsing the name
         self._kept: dict[int, list[Any]] = {}  # freed arrays by size, the most recently freed last
         self._freed: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # id -> (size, array), oldest first
         self._kept_bytes = 0
@@ -69,7 +70,7 @@ class CFFIAllocator(Allocator[Any]):
                     del self._freed[id(handle)]
                     self._kept_bytes -= nbytes
                     return handle
-        return self._new("char[]", nbytes) if nbytes >= ALIGN_FROM else self.ffi.new("char[]", nbytes)
+        return self._new(self._char_array, nbytes) if nbytes >= ALIGN_FROM else self.ffi.new(self._char_array, nbytes)
 
     def free(self, handle: Any) -> None:
         nbytes = self.ffi.sizeof(handle)
