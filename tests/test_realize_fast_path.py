@@ -13,6 +13,7 @@ import pytest
 from plygrad.frontend import Tensor, nn, scheduling
 from plygrad.frontend.realize_state import STATE
 from plygrad.ir import Ops, StructuralKey, UOp, dtypes, structural_key
+from plygrad.runtime import clear_plans
 
 Array = np.ndarray[Any, Any]
 RNG = np.random.default_rng(1)
@@ -98,8 +99,11 @@ def test_a_graph_keeps_one_plan_per_scheduler_and_each_runs_its_own() -> None:
     sink = UOp(Ops.SINK, dtypes.void, (graph,))
     norm = STATE.seen_graph(sink)
     assert norm is not None and len(norm.plans) == 2, "one plan per scheduler, both kept"
-    plans = list(norm.plans.values())
+    plans = [plan for _, plan in norm.plans.values()]
     assert plans[0] is not plans[1] and plans[0].kernel_count < plans[1].kernel_count, "unfused runs more kernels"
+    clear_plans()  # a fresh runtime: the graph's own plans are not used again
+    np.testing.assert_allclose((x * 2 - x.sum(1, keepdim=True)).exp2().numpy(), expected, rtol=1e-5)
+    assert all(plan is not plans[0] for _, plan in norm.plans.values()), "loaded again after clear_plans"
 
 
 def test_an_embedding_lookup_reads_the_table_as_it_is_after_an_update() -> None:

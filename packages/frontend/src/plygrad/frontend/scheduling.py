@@ -35,7 +35,7 @@ from plygrad.frontend import autograd, config, random
 from plygrad.frontend.errors import SchedulerNotFoundError
 from plygrad.frontend.realize_state import STATE
 from plygrad.ir import Ops, Stage, UOp, dtypes, serialize, structural_key
-from plygrad.runtime import Buffer, ExecPlan, discovery, load_plan, lookup_buffer, read_schedule
+from plygrad.runtime import Buffer, ExecPlan, discovery, load_plan, lookup_buffer, plans_generation, read_schedule
 from plygrad.runtime.config import PLYGRAD_CODEGEN, PLYGRAD_FORCE_BYTES
 
 SCHEDULERS: Final = "plygrad.schedulers"
@@ -113,14 +113,15 @@ class Normalized:
     """A graph's structural key and what maps it back: the real buffer id of each BUFFER number, and for each
     variable of the key its value and its real name (the random generator's `rng_` variables are renumbered).
     `plans` keeps the plan each (scheduler, codegen) ran this graph with, once its outputs were checked against the
-    graph's roots: a graph realized again (found by identity, `STATE.seen_graph`) skips the schedule and plan
-    caches and that check."""
+    graph's roots, with the runtime's `plans_generation()` it was loaded in: a graph realized again (found by
+    identity, `STATE.seen_graph`) skips the schedule and plan caches and that check until the runtime's plans are
+    cleared."""
 
     key: UOp
     ids: list[int]
     vals: dict[str, int]
     names: dict[str, str]
-    plans: dict[tuple[ScheduleFn, str], ExecPlan] = field(default_factory=dict)
+    plans: dict[tuple[ScheduleFn, str], tuple[int, ExecPlan]] = field(default_factory=dict)
 
 
 def normalize(sink: UOp) -> Normalized:
@@ -182,12 +183,15 @@ def run(roots: Sequence[UOp], inputs: Collection[Buffer]) -> list[Buffer]:
         # keyed by the loaded scheduler callable, not its name, so a swapped or uninstalled scheduler (discovery
         # clears `_LOADED`) is never answered for by another one's schedules
         plan_key = (find_scheduler(name), PLYGRAD_CODEGEN.get())
-        plan = norm.plans.get(plan_key)
-        if plan is None:
+        kept = norm.plans.get(plan_key)
+        generation = plans_generation()
+        if kept is not None and kept[0] == generation:
+            plan = kept[1]
+        else:
             # the schedule bytes of the normalized SINK, asked once per (scheduler, structure)
             plan = load_plan(STATE.schedule(plan_key[0], norm.key), producer(name))
             plan.check_outputs(unique)
-            norm.plans[plan_key] = plan
+            norm.plans[plan_key] = (generation, plan)
         given = {rank: by_id[i] if i in by_id else lookup_buffer(i) for rank, i in enumerate(norm.ids)}
         vals, names = norm.vals, norm.names
     if STATE.any_host_data():

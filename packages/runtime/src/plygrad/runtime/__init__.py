@@ -26,7 +26,7 @@ from plygrad.runtime.errors import (
     ScheduleError,
 )
 from plygrad.runtime.lowering import LoadedProgram, prepare_kernel
-from plygrad.runtime.plan import ExecPlan, clear_plans, copy_buffer, load_plan, read_schedule
+from plygrad.runtime.plan import ExecPlan, clear_plans, copy_buffer, load_plan, plans_generation, read_schedule
 from plygrad.runtime.plugin import Allocator, Backend, BackendDescriptor, Compiler, Program
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "copy_buffer",
     "load_plan",
     "lookup_buffer",
+    "plans_generation",
     "prepare_kernel",
     "read_schedule",
     "run_linear",

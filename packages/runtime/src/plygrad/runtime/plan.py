@@ -271,10 +271,20 @@ _PLANS: Final[OrderedDict[tuple[str, bytes | UOp], ExecPlan]] = OrderedDict()
 _PLANS_LOCK: Final = threading.Lock()
 
 
+_GENERATION: list[int] = [0]  # bumped by clear_plans
+
+
 def clear_plans() -> None:
     """Forget every cached plan (a plugin was swapped, or a test wants a fresh runtime)."""
     with _PLANS_LOCK:
         _PLANS.clear()
+        _GENERATION[0] += 1
+
+
+def plans_generation() -> int:
+    """How many times the plans were cleared: a caller keeping plans of its own (the frontend keeps one per graph
+    it realized) uses one only while this is what it was when the plan was loaded."""
+    return _GENERATION[0]
 
 
 discovery.on_change(clear_plans)
