@@ -170,7 +170,7 @@ def run(roots: Sequence[UOp], inputs: Collection[Buffer]) -> list[Buffer]:
     unique = list(dict.fromkeys(roots)) if len(roots) > 1 else list(roots)  # equal graphs are one node, run once
     sink = UOp(Ops.SINK, dtypes.void, tuple(unique))
     by_id = {buf.id: buf for buf in inputs}
-    plan: ExecPlan | None
+    plan: ExecPlan
     vals: dict[str, int] | None = None
     names: dict[str, str] | None = None
     name = scheduler_name()  # read once: each read of a setting is an environment lookup
