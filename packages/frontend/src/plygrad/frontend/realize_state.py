@@ -155,14 +155,15 @@ class RealizeState:
         staged = self._host_data
         if not staged:  # the common case once a program's inputs are in: nothing to look up
             return
-        waiting = [buf for buf in buffers if buf.id in staged]
-        if not waiting:
-            return
+        # an entry leaves the table only once its data is in (under the lock): a thread that finds none for its
+        # buffers never launches on memory another thread is still filling
         with self._flushing:
-            for buf in sorted(waiting, key=lambda b: b.id):
-                entry = staged.pop(buf.id, None)
+            for buf in sorted((b for b in buffers if b.id in staged), key=lambda b: b.id):
+                entry = staged.get(buf.id)
                 if entry is not None:
                     buf.copyin(entry[1])
+                    if staged.get(buf.id) is entry:
+                        del staged[buf.id]
 
     # ---- schedules ----------------------------------------------------------------------------------------------
     def schedule(self, scheduler: Callable[[bytes], bytes], key: UOp) -> bytes:
