@@ -169,7 +169,7 @@ class ExecPlan:
             if isinstance(step, CopyStep):
                 copy_buffer(bufs[step.dst], bufs[step.src])
             else:
-                values = step_values(step, vals) if vals and step.loaded.var_names else step.vals
+                values = step_values(step, vals)
                 if step.bounds is not None:
                     step.bounds.check(values)
                 launch(step.device, step.loaded, [bufs[i].handle for i in step.slots], values, debug)
