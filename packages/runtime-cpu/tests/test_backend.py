@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -12,7 +13,13 @@ import pytest
 from cpu_programs import ADD, BROKEN, ECHO, PREFIX_SUM, THREAD_IDS, WINDOW_SUM
 
 from plygrad.backends.cpu.backend import CPUBackend, cpu_target
-from plygrad.backends.cpu.compiler import find_compiler_command, host_cpu, probe_toolchain
+from plygrad.backends.cpu.compiler import (
+    compiler_candidates,
+    find_compiler_command,
+    host_cpu,
+    pick_toolchain,
+    probe_toolchain,
+)
 from plygrad.runtime import BackendError, CompileError, Device
 
 
@@ -152,6 +159,50 @@ def test_no_compiler_on_path_says_what_to_install(monkeypatch: pytest.MonkeyPatc
 def test_cc_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", "gcc -Wall")
     assert find_compiler_command()[1:] == ("-Wall",)
+
+
+def _compiler_without_openmp(folder: Path, name: str, real: str) -> Path:
+    """A compiler named `name` in `folder` that runs `real` but fails on -fopenmp, as clang without libomp does."""
+    script = folder / name
+    script.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -fopenmp ] && { echo "omp.h not found" >&2; exit 1; }; '
+                      f'done\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and shutil.which("gcc")), reason="needs gcc and sh")
+def test_a_compiler_without_openmp_loses_to_one_with_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # with `clang` on PATH but no libomp, every kernel ran on one core: the pick must go on to gcc
+    gcc = shutil.which("gcc")
+    assert gcc is not None
+    _compiler_without_openmp(tmp_path, "clang", gcc)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    candidates = compiler_candidates()
+    assert candidates[0] == (str(tmp_path / "clang"),)
+    chain = pick_toolchain(candidates)
+    assert "-fopenmp" in chain.flags and chain.command != candidates[0]
+    assert cpu_target(chain).threads == (os.cpu_count() or 1)
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and shutil.which("gcc")), reason="needs gcc and sh")
+def test_without_openmp_anywhere_the_first_compiler_is_kept_and_runs_one_thread(tmp_path: Path) -> None:
+    gcc = shutil.which("gcc")
+    assert gcc is not None
+    first = _compiler_without_openmp(tmp_path, "cc-a", gcc)
+    second = _compiler_without_openmp(tmp_path, "cc-b", gcc)
+    chain = pick_toolchain([(str(first),), (str(second),)])
+    assert chain.command == (str(first),) and "-fopenmp" not in chain.flags
+    assert cpu_target(chain).threads == 1
+
+
+def test_a_broken_first_compiler_is_skipped_and_none_working_names_the_first(tmp_path: Path) -> None:
+    broken = tmp_path / "broken-cc"
+    broken.write_text("#!/bin/sh\nexit 3\n")
+    broken.chmod(0o755)
+    with pytest.raises(BackendError, match="broken-cc"):
+        pick_toolchain([(str(broken),)])
+    assert pick_toolchain([(str(broken),), probe_toolchain().command]).command == probe_toolchain().command
 
 
 @pytest.mark.parametrize(("global_size", "local_size"), [((4, 1, 1), None), ((1, 1, 1), (8, 1, 1))])

@@ -45,12 +45,14 @@ def sweep_temp_files() -> int:
 
 
 def cpu_target(toolchain: Toolchain | None = None) -> Target:
-    """What codegen needs to know about this machine (host.py): every core as a thread, the vector widths of the
-    registers `toolchain` (by default the probed one) compiles for, and the data-cache sizes."""
+    """What codegen needs to know about this machine (host.py): every core as a thread (one thread when `toolchain`,
+    by default the probed one, has no OpenMP: its `#pragma omp` loops run on one core, so splitting work for
+    threads would only cost), the vector widths of the registers it compiles for, and the data-cache sizes."""
     chain = toolchain if toolchain is not None else probe_toolchain()
     native = "-march=native" in chain.flags
+    threads = (os.cpu_count() or 1) if "-fopenmp" in chain.flags else 1
     return Target(device="CPU", renderer="c", arch=platform.machine() or "unknown", has_local=False,
-                  vector_widths=host_vector_widths(native), threads=os.cpu_count() or 1,
+                  vector_widths=host_vector_widths(native), threads=threads,
                   cache_sizes=host_cache_sizes(), has_fma=host_has_fma(native))
 
 

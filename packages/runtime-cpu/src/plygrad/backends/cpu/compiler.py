@@ -1,11 +1,14 @@
 """Compiling C with the system compiler into a shared library, as the CPU backend's `Compiler`.
 
-The compiler is found once per process (`CC`, else clang, else gcc, else cc) and its optional flags probed once:
+The compiler is found once per process (`CC`, else the first of clang, gcc, cc that builds OpenMP programs, else
+the first that builds at all) and its optional flags probed once:
 `-march=native` (not every compiler or arch has it; with it, the host's widest vector unit, AVX-512 included),
 `-fno-tree-loop-if-convert` and `-mno-avx512fp16` (GCC miscompiles, see OPTIONAL_FLAGS) and `-fopenmp` (Apple's
 clang, or a gcc without libgomp, lacks it; programs then run their `#pragma omp` loops on one core, which is still
-correct). The `cache_key` names the compiler path, its version line and the flags, so a binary cached on disk is
-reused only by the same toolchain.
+correct). OpenMP decides the pick because it is every core: Debian's clang without libomp builds
+programs that run on one core, and a matmul 1024 ran at half speed on 2 cores with `clang` on PATH. The
+`cache_key` names the compiler path, its version line and the flags, so a binary cached on disk is reused only by
+the same toolchain.
 """
 
 from __future__ import annotations
@@ -65,18 +68,27 @@ class Toolchain:
 
 def find_compiler_command() -> tuple[str, ...]:
     """`CC` (split like a shell would: "ccache gcc" works), else the first of clang, gcc, cc on PATH."""
+    return compiler_candidates()[0]
+
+
+def compiler_candidates() -> list[tuple[str, ...]]:
+    """The compilers to try, in order: `CC` alone when it is set, else each of clang, gcc, cc on PATH (a name that
+    is a link to one found before is skipped)."""
     chosen = os.environ.get("CC", "").strip()
     if chosen:
         command = tuple(shlex.split(chosen))
         if shutil.which(command[0]) is None:
             raise BackendError(f"CC={chosen!r}, but {command[0]!r} is not an executable on PATH: fix CC or unset it")
-        return command
+        return [command]
+    found: dict[str, tuple[str, ...]] = {}
     for name in ("clang", "gcc", "cc"):
         path = shutil.which(name)
         if path is not None:
-            return (path,)
-    raise BackendError("the CPU backend needs a C compiler and none was found (looked for CC, clang, gcc, cc): "
-                       "install gcc or clang (e.g. `apt-get install gcc`), or set CC")
+            found.setdefault(os.path.realpath(path), (path,))
+    if not found:
+        raise BackendError("the CPU backend needs a C compiler and none was found (looked for CC, clang, gcc, cc): "
+                           "install gcc or clang (e.g. `apt-get install gcc`), or set CC")
+    return list(found.values())
 
 
 def _run(command: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -99,7 +111,30 @@ def _compiles(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
 @functools.cache
 def probe_toolchain() -> Toolchain:
     """Find the compiler and the optional flags it supports (once per process; raises BackendError)."""
-    command = find_compiler_command()
+    return pick_toolchain(compiler_candidates())
+
+
+def pick_toolchain(candidates: list[tuple[str, ...]]) -> Toolchain:
+    """The first of `candidates` that builds OpenMP programs (`-fopenmp` among its flags), else the first that
+    builds shared libraries at all; raises BackendError naming the first when none does."""
+    usable: list[Toolchain] = []
+    failure: BackendError | None = None
+    for command in candidates:
+        try:
+            chain = _probe(command)
+        except BackendError as exc:
+            failure = failure or exc
+            continue
+        if "-fopenmp" in chain.flags:
+            return chain
+        usable.append(chain)
+    if usable:
+        return usable[0]
+    assert failure is not None  # candidates is never empty
+    raise failure
+
+
+def _probe(command: tuple[str, ...]) -> Toolchain:
     try:
         version = _run([*command, "--version"], Path.cwd()).stdout.splitlines()
     except (OSError, subprocess.SubprocessError) as exc:
