@@ -211,3 +211,38 @@ static inline {name} plygrad_max_{name[8:]}({name} a, {name} b) {{
   return ({name})((nan & sum) | (~nan & r));
 }}
 """
+
+
+# the GCC builtin storing a float vector of this many bytes around the caches, and the ISA it needs
+_GCC_STREAM: Final[dict[int, tuple[str, str]]] = {
+    16: ("__builtin_ia32_movntps", "__SSE__"), 32: ("__builtin_ia32_movntps256", "__AVX__"),
+    64: ("__builtin_ia32_movntps512", "__AVX512F__"),
+}
+STREAMED_BYTES: Final = frozenset(_GCC_STREAM)
+
+
+def stream_helper(name: str, size: int) -> str:
+    """`plygrad_stream_<name less its plygrad_>(p, v)`: store the vector `v` (of `size` bytes) at `p` with a
+    non-temporal store when `p` is `size`-aligned and the compiler can (clang's generic builtin, or GCC's x86 one
+    on a host with the instruction), else as the renderer's other vector stores (`memcpy`, any alignment); and
+    `plygrad_sfence()`, after which the calling thread's streamed stores are visible to others. Only x86 streams."""
+    builtin, isa = _GCC_STREAM[size]
+    short = name.removeprefix("plygrad_")
+    return f"""#ifndef PLYGRAD_SFENCE
+#define PLYGRAD_SFENCE
+static inline void plygrad_sfence(void) {{
+#if defined(__x86_64__)
+  __builtin_ia32_sfence();
+#endif
+}}
+#endif
+typedef float plygrad_nt_{short} __attribute__((vector_size({size})));
+static inline void plygrad_stream_{short}(void* p, {name} v) {{
+#if defined(__x86_64__) && defined(__clang__)
+  if (((uintptr_t)p & {size - 1}) == 0) {{ __builtin_nontemporal_store(v, ({name}*)p); return; }}
+#elif defined(__x86_64__) && defined({isa})
+  if (((uintptr_t)p & {size - 1}) == 0) {{ {builtin}((float*)p, (plygrad_nt_{short})v); return; }}
+#endif
+  __builtin_memcpy(p, &v, sizeof(v));
+}}
+"""
