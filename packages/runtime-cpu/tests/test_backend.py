@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -14,13 +15,16 @@ from cpu_programs import ADD, BROKEN, ECHO, PREFIX_SUM, THREAD_IDS, WINDOW_SUM
 
 from plygrad.backends.cpu.backend import CPUBackend, cpu_target
 from plygrad.backends.cpu.compiler import (
+    TOOLCHAIN_FOLDER,
     compiler_candidates,
     find_compiler_command,
     host_cpu,
     pick_toolchain,
     probe_toolchain,
+    toolchain_key,
 )
 from plygrad.runtime import BackendError, CompileError, Device
+from plygrad.runtime.cache import PROGRAMS
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +207,28 @@ def test_a_broken_first_compiler_is_skipped_and_none_working_names_the_first(tmp
     with pytest.raises(BackendError, match="broken-cc"):
         pick_toolchain([(str(broken),)])
     assert pick_toolchain([(str(broken),), probe_toolchain().command]).command == probe_toolchain().command
+
+
+def test_the_probed_toolchain_is_kept_as_a_record_and_a_bad_record_is_probed_again(tmp_path: Path) -> None:
+    # the autouse fixture gives this test an empty program cache; probing again must write the record there
+    probed = probe_toolchain()
+    key = toolchain_key(compiler_candidates())
+    assert PROGRAMS.read_record(TOOLCHAIN_FOLDER, key) is None
+    assert probe_toolchain.__wrapped__() == probed
+    assert json.loads(PROGRAMS.read_record(TOOLCHAIN_FOLDER, key) or b"")["flags"] == list(probed.flags)
+    assert probe_toolchain.__wrapped__() == probed  # read back
+    forged = {"command": ["/bin/sh"], "version": "x", "flags": list(probed.flags)}  # not a candidate
+    for bad in (b"not json", json.dumps(forged).encode(), json.dumps({"command": list(probed.command)}).encode()):
+        PROGRAMS.write_record(TOOLCHAIN_FOLDER, key, bad)
+        assert probe_toolchain.__wrapped__() == probed
+        assert PROGRAMS.read_record(TOOLCHAIN_FOLDER, key) != bad
+
+
+def test_a_changed_compiler_file_changes_the_toolchain_key(tmp_path: Path) -> None:
+    fake = _compiler_without_openmp(tmp_path, "cc-x", "/bin/true")
+    before = toolchain_key([(str(fake),)])
+    fake.write_text(fake.read_text() + "# upgraded\n")
+    assert toolchain_key([(str(fake),)]) != before
 
 
 @pytest.mark.parametrize(("global_size", "local_size"), [((4, 1, 1), None), ((1, 1, 1), (8, 1, 1))])

@@ -46,7 +46,7 @@ def test_second_process_hits_the_disk_cache(tmp_path: Path) -> None:
 
 def test_corrupt_entry_recompiles_in_a_new_process(tmp_path: Path) -> None:
     _run(tmp_path / "cache")
-    (entry,) = (tmp_path / "cache").rglob("*.bin")
+    (entry,) = (tmp_path / "cache" / "programs").rglob("*.bin")  # not the toolchain record beside it
     entry.write_bytes(entry.read_bytes()[:100])
     again = _run(tmp_path / "cache")
     assert (again["compiles"], again["disk_hits"]) == (1, 0)

@@ -75,7 +75,7 @@ def _counts(since: tuple[int, int, int] = (0, 0, 0)) -> tuple[int, int, int]:
 
 def test_entry_that_is_not_a_library_is_recompiled() -> None:
     assert _add() == EXPECTED
-    (entry,) = config.cache_dir().rglob("*.bin")
+    (entry,) = (config.cache_dir() / "programs").rglob("*.bin")
     entry.write_bytes(pack_entry(b"\x7fELF but not really a shared library"))  # intact, digest and all
     before = _counts()
     assert _as_a_new_process(_add) == EXPECTED
@@ -92,7 +92,7 @@ def test_fifo_or_device_link_in_place_of_an_entry_does_not_block(hazard: str) ->
     if hazard == "fifo" and not hasattr(os, "mkfifo"):
         pytest.skip("no FIFOs on this platform")
     assert _add() == EXPECTED
-    (entry,) = config.cache_dir().rglob("*.bin")
+    (entry,) = (config.cache_dir() / "programs").rglob("*.bin")
     entry.unlink()
     if hazard == "fifo":
         os.mkfifo(entry)

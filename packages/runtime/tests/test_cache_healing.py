@@ -118,7 +118,7 @@ def test_prepare_kernel_heals_a_bad_entry(fakes: None) -> None:
     """The whole path: lowering, the cache and the backend's loader (as a later process meets the entry)."""
     backend = Device["PY"]
     prepare_kernel(backend, add_kernel(4), "add")
-    (entry,) = config.cache_dir().rglob("*.bin")
+    (entry,) = (config.cache_dir() / "programs").rglob("*.bin")
     entry.write_bytes(pack_entry(b"not a kernel"))
     PROGRAMS.clear_memory()
     discarded = PROGRAMS.stats.discarded  # the process-wide count: earlier tests may have discarded entries too

@@ -22,8 +22,10 @@ threads that want the same program wait for one compile instead of each running 
 Besides binaries the cache keeps *records*: small results that are costly to find and cheap to store, under their
 own folder (`<cache>/<folder>/<key[:2]>/<key>.bin`, the same entry format, the same distrust of what is found
 there). BEAM keeps the optimizations it chose for each kernel this way (`beam.py`), so a machine searches a kernel
-once. A binary compiled with `persist=False` (a BEAM candidate, most of which are never used again) stays in
-memory only, and is written to disk the first time it is asked for with `persist=True` (the winner).
+once, and the CPU backend the compiler and flags it probed (`toolchains`), so a new process does not run the
+compiler ten times before its first kernel. A binary compiled with `persist=False` (a BEAM candidate, most of
+which are never used again) stays in memory only, and is written to disk the first time it is asked for with
+`persist=True` (the winner).
 """
 
 from __future__ import annotations

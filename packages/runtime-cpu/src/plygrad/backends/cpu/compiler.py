@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import platform
 import re
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from plygrad.runtime import tempfiles
+from plygrad.runtime.cache import PROGRAMS
 from plygrad.runtime.errors import BackendError, CompileError
 from plygrad.runtime.plugin import Compiler
 
@@ -51,6 +53,9 @@ void probe(float* restrict out, long long n) {
 }
 """
 _TIMEOUT_S: Final = 300
+# the program cache's folder of probed toolchains (probe_toolchain), and the version of what a record holds
+TOOLCHAIN_FOLDER: Final = "toolchains"
+_TOOLCHAIN_RECORD_VERSION: Final = 1
 # every compile builds in a temp folder named <BUILD_PREFIX><pid>-...; a killed process leaves its folder behind,
 # and the backend removes it when it next opens (backend.sweep_temp_files)
 BUILD_PREFIX: Final = "plygrad-cc-"
@@ -110,8 +115,53 @@ def _compiles(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
 
 @functools.cache
 def probe_toolchain() -> Toolchain:
-    """Find the compiler and the optional flags it supports (once per process; raises BackendError)."""
-    return pick_toolchain(compiler_candidates())
+    """Find the compiler and the optional flags it supports (once per process; raises BackendError). The answer
+    is kept as a record of the program cache (folder `TOOLCHAIN_FOLDER`), keyed by the candidates' paths, sizes and
+    modification times: probing runs the compilers about five times each (~0.5 s), which every new process paid
+    before its first kernel, warm program cache or not."""
+    candidates = compiler_candidates()
+    key = toolchain_key(candidates)
+    found = _stored_toolchain(key, candidates)
+    if found is not None:
+        return found
+    chain = pick_toolchain(candidates)
+    record = {"command": list(chain.command), "version": chain.version, "flags": list(chain.flags)}
+    PROGRAMS.write_record(TOOLCHAIN_FOLDER, key, json.dumps(record).encode())
+    return chain
+
+
+def toolchain_key(candidates: list[tuple[str, ...]]) -> str:
+    """What decides the probe's answer: each candidate command and the file it runs (path, size, modification time:
+    an upgraded compiler is probed again), the flags tried and the probe program."""
+    files = []
+    for command in candidates:
+        path = shutil.which(command[0])
+        real = os.path.realpath(path) if path else command[0]
+        try:
+            info = os.stat(real)
+            files.append([list(command), real, info.st_size, info.st_mtime_ns])
+        except OSError:
+            files.append([list(command), real, -1, -1])
+    what = [_TOOLCHAIN_RECORD_VERSION, files, BASE_FLAGS, OPTIONAL_FLAGS, _PROBE_SOURCE, platform.machine()]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()
+
+
+def _stored_toolchain(key: str, candidates: list[tuple[str, ...]]) -> Toolchain | None:
+    """The toolchain a record under `key` names, if it is well formed and one of `candidates` (else it is
+    discarded)."""
+    data = PROGRAMS.read_record(TOOLCHAIN_FOLDER, key)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+        command, version, flags = tuple(record["command"]), record["version"], tuple(record["flags"])
+        if (command in candidates and isinstance(version, str) and flags[:len(BASE_FLAGS)] == BASE_FLAGS
+                and set(flags[len(BASE_FLAGS):]) <= set(OPTIONAL_FLAGS)):
+            return Toolchain(command, version, flags)
+    except (ValueError, KeyError, TypeError):
+        pass
+    PROGRAMS.discard_record(TOOLCHAIN_FOLDER, key)
+    return None
 
 
 def pick_toolchain(candidates: list[tuple[str, ...]]) -> Toolchain:
