@@ -184,3 +184,59 @@ def test_block_refuses_what_it_cannot_keep_exact(kernel: UOp, opt: Opt, target: 
 def test_one_block_per_reduction() -> None:
     with pytest.raises(OptError, match="already blocked"):
         apply_opts(matmul(4, 16, 4), [Opt(OptOps.BLOCK, 2, 8), Opt(OptOps.BLOCK, 2, 4)], CPU)
+
+
+def _linear(kernel: UOp, target: Target, opts: tuple[Opt, ...]) -> list[UOp]:
+    state = Lowering(kernel, target, opts)
+    for name, step in PASSES:
+        if name == "linearize":
+            break
+        state = step(state)
+    return linearize(state.kernel)
+
+
+def _inside_ifs(linear: list[UOp]) -> set[UOp]:
+    inside, depth = set(), 0
+    for node in linear:
+        depth += node.op is Ops.IF
+        depth -= node.op is Ops.ENDIF
+        if depth and node.op not in (Ops.IF, Ops.ENDIF):
+            inside.add(node)
+    return inside
+
+
+@pytest.mark.parametrize("opts", [(Opt(OptOps.BLOCK, 2, 4),),
+                                  (Opt(OptOps.BLOCK, 2, 4), Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 2))])
+def test_the_epilogue_is_computed_in_the_last_block_only(opts: tuple[Opt, ...]) -> None:
+    """The last block stores the bias + relu, the others the raw partial sum: two gated stores, and what only the
+    last block's store uses (the bias ADD, the relu's compare and select) sits inside its IF, so the blocks before
+    it do not compute an epilogue they would throw away."""
+    linear = _linear(linear_relu(4, 12, 32), CPU, opts)
+    stores = [n for n in linear if n.op is Ops.STORE and n.src[0].src[0].op is Ops.PARAM]
+    inside = _inside_ifs(linear)
+    assert stores and all(s in inside for s in stores), "every output store is gated: last block or not"
+    epilogue = [n for n in linear if n.op in (Ops.WHERE, Ops.CMPLT) and n.dtype.scalar() is not dtypes.index]
+    assert epilogue and all(n in inside for n in epilogue)
+
+
+def test_a_value_another_store_uses_stays_before_the_if() -> None:
+    """Only what the gated store alone uses moves into its IF; a value an ungated store also reads is computed
+    before, once."""
+    out0, out1, a = param(0, F32, 16), param(1, F32, 16), param(2, F32, 16)
+    i = loop(16, 0)
+    twice = load(a, i) * UOp.const(F32, 2.0)
+    gate = UOp(Ops.CMPLT, dtypes.bool, (i, UOp.const(dtypes.index, 5)))
+    kernel = sink(UOp(Ops.END, dtypes.void, (store(out0, i, twice + UOp.const(F32, 1.0), gate), i)),
+                  UOp(Ops.END, dtypes.void, (store(out1, i, twice), i)), name="gated_pair")
+    linear = _linear(kernel, CPU, ())
+    inside = _inside_ifs(linear)
+    adds = [n for n in linear if n.op is Ops.ADD and n.dtype is F32]
+    muls = [n for n in linear if n.op is Ops.MUL and n.dtype is F32]
+    assert adds and all(n in inside for n in adds)
+    assert muls and not any(n in inside for n in muls)
+    program = lower_uop(kernel, CPU, [])
+    x = np.arange(16, dtype=np.float32)
+    got0, got1 = np.full(16, -7, np.float32), np.zeros(16, np.float32)
+    run_program(program, [got0, got1, x])
+    np.testing.assert_array_equal(got0, np.where(np.arange(16) < 5, x * 2 + 1, -7))
+    np.testing.assert_array_equal(got1, x * 2)

@@ -6,7 +6,9 @@ tree; inside one loop body the statements and the nested loops are ordered topol
 own order). The result uses:
 
 - `RANGE` to open a loop and `END(RANGE)` to close it;
-- `IF(gate)`, the store, `ENDIF(IF)` for a gated STORE (the store's INDEX loses its gate);
+- `IF(gate)`, the store, `ENDIF(IF)` for a gated STORE (the store's INDEX loses its gate); the ALU statements
+  that only the store uses, computed after the last loop boundary before it, move inside the IF
+  (`_sink_into_ifs`), so they run only where the gate holds (a blocked matmul's epilogue, block.py);
 - every other statement (ALU, CAST, BITCAST, LOAD, STORE) as itself.
 
 Nodes rendered inline where they are used (constants, parameters, variables, INDEX, RANGE, DEFINE_REG, END
@@ -21,7 +23,7 @@ from typing import Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.scope import loop_scopes
-from plygrad.ir import AddrSpace, AxisType, Ops, PtrDType, UOp, dtypes
+from plygrad.ir import AddrSpace, AxisType, GroupOp, Ops, PtrDType, UOp, dtypes
 
 INLINE_OPS: Final = frozenset({Ops.CONST, Ops.PARAM, Ops.DEFINE_VAR, Ops.INDEX, Ops.RANGE, Ops.DEFINE_REG,
                                Ops.END, Ops.SINK})
@@ -203,7 +205,50 @@ def linearize(sink: UOp) -> list[UOp]:
         else:
             assert isinstance(item, UOp)
             out.extend(_statement(item))
-    return out
+    return _sink_into_ifs(out)
+
+
+# statements without side effects or cross-lane semantics, which may run inside an IF instead of before it
+_SINKABLE: Final = GroupOp.ALU | GroupOp.Cast | {Ops.VECTORIZE, Ops.GEP}
+
+
+def _sink_into_ifs(out: list[UOp]) -> list[UOp]:
+    """`out` with each gated store's own statements moved inside its IF: a sinkable statement between the last
+    loop boundary (RANGE or END) and the IF whose every user is the IF's store or another such statement. Their
+    order is kept, so every value is still computed before it is used."""
+    ifs = [p for p, n in enumerate(out) if n.op is Ops.IF]
+    if not ifs:
+        return out
+    users: dict[UOp, set[UOp]] = {}
+    for n in out:
+        for d in _deps(n) if n.op is not Ops.IF else (n.src[0],):
+            users.setdefault(d, set()).add(n)
+    moved: dict[int, list[UOp]] = {}
+    taken: set[UOp] = set()
+    for p in ifs:
+        body: set[UOp] = set()
+        q = p + 1
+        while out[q].op is not Ops.ENDIF:
+            body.add(out[q])
+            q += 1
+        chosen: list[UOp] = []
+        for k in range(p - 1, -1, -1):
+            s = out[k]
+            if s.op is Ops.RANGE or s.op is Ops.END:
+                break
+            if s.op in _SINKABLE and s not in taken and users.get(s, set()) <= body:
+                chosen.append(s)
+                body.add(s)
+                taken.add(s)
+        if chosen:
+            moved[p] = chosen[::-1]
+    result: list[UOp] = []
+    for p, n in enumerate(out):
+        if n in taken:
+            continue
+        result.append(n)
+        result.extend(moved.get(p, ()))
+    return result
 
 
 def _statement(node: UOp) -> list[UOp]:
