@@ -42,8 +42,10 @@ def aligned_new(ffi: cffi.FFI) -> Any:
             return ffi.NULL  # cffi raises MemoryError
         return ffi.cast("void *", slot[0])
 
+    void_p = libc_ffi.typeof("void *")  # looked up now: at interpreter exit cffi can no longer parse a type name
+
     def release(pointer: Any) -> None:
-        free(libc_ffi.cast("void *", pointer))
+        free(libc_ffi.cast(void_p, pointer))
 
     return ffi.new_allocator(alloc=allocate, free=release, should_clear_after_alloc=True)
 
