@@ -4,11 +4,15 @@ PLYGRAD_FORCE_BYTES, which serializes and schedules every realize (DESIGN.md §2
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from plygrad.frontend import Tensor, nn, scheduling
 from plygrad.frontend.realize_state import STATE
@@ -125,3 +129,74 @@ def test_a_tensor_realized_twice_gets_its_undecided_gradient_once() -> None:
     (t * t).sum().backward()
     assert t.grad is not None
     np.testing.assert_allclose(t.grad.numpy(), 2 * 3 * np.array([1.0, -2.0, 3.0]), rtol=1e-6)
+
+
+# ---- a plan runs again on its small output Buffer once the tensor holding it died (ExecPlan.bind) ------------------
+def _buffer_of(t: Tensor) -> Any:
+    (buf,) = t.inputs
+    return buf
+
+
+def test_a_small_output_buffer_and_its_view_serve_the_next_call_once_their_tensor_died() -> None:
+    data = _f32(16)
+    x = Tensor(data).realize()
+    y = (x + 1).realize()
+    first, view = _buffer_of(y).id, y.uop
+    del y
+    again = (x + 1).realize()
+    assert _buffer_of(again).id == first and again.uop is view
+    np.testing.assert_array_equal(again.numpy(), data + 1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 64), rounds=st.integers(2, 6), seed=st.integers(0, 2**16))
+def test_a_live_output_is_never_run_over(n: int, rounds: int, seed: int) -> None:
+    """Outputs of one plan held at once each keep their own values, while dropped ones are taken again."""
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(n).astype(np.float32) for _ in range(rounds)]
+    kept: list[tuple[Tensor, Array]] = []
+    for i, data in enumerate(inputs):
+        out = (Tensor(data) * 3 - 1).realize()
+        if i % 2 == 0:  # every other output stays alive
+            kept.append((out, data * np.float32(3) - np.float32(1)))
+        del out
+    ids = [_buffer_of(t).id for t, _ in kept]
+    assert len(set(ids)) == len(ids)
+    for t, expected in kept:
+        np.testing.assert_array_equal(t.numpy(), expected)
+
+
+def test_a_big_output_is_not_kept_after_its_tensor_died() -> None:
+    x = Tensor(_f32(8192)).realize()  # 32 KiB: above what a plan keeps
+    y = (x + 1).realize()
+    ref = weakref.ref(_buffer_of(y))
+    del y
+    gc.collect()
+    assert ref() is None
+
+
+def test_clear_plans_lets_go_of_kept_buffers() -> None:
+    x = Tensor(_f32(16)).realize()
+    y = (x + 2).realize()
+    ref = weakref.ref(_buffer_of(y))
+    del y
+    gc.collect()
+    assert ref() is not None  # kept by the plan for its next run
+    clear_plans()
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_kept_view_does_not_carry_an_old_tensors_gradient_graph() -> None:
+    """A view autograd differentiated through (the realized `w * 2` of a tensor that requires grad) serves a later
+    `w * 2` computed under no_grad: that one is a constant to autograd, whose gradient must not flow through it."""
+    w = Tensor(np.array([1.0, -2.0, 3.0], np.float32), requires_grad=True)
+    y1 = (w * 2).realize()
+    view = y1.uop
+    del y1
+    with Tensor.test():
+        y2 = (w * 2).realize()
+    assert y2.uop is view and not y2.requires_grad
+    (y2 * w).sum().backward()
+    assert w.grad is not None
+    np.testing.assert_allclose(w.grad.numpy(), 2 * np.array([1.0, -2.0, 3.0]), rtol=1e-6)

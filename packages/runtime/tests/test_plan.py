@@ -59,6 +59,28 @@ def test_a_plan_runs_over_other_buffers_of_the_same_kind(fakes: None) -> None:
         plan.run({a.id: _f32(np.ones(7))})
 
 
+def test_a_plan_takes_its_small_fresh_buffers_again_once_nothing_else_holds_them(fakes: None) -> None:
+    a, b = _f32(np.ones(6)), _f32(np.full(6, 2.0))
+    plan = load_plan(add_then_sum(a, b, 2, 3))
+    first = plan.bind()
+    plan.execute(first)
+    fresh = [i for i, slot in enumerate(plan.slots) if slot.id < 0]
+    assert fresh
+    second = plan.bind()
+    assert all(second[i] is not first[i] for i in fresh), "held Buffers are never run over"
+    plan.execute(second)
+    np.testing.assert_array_equal(_array(first[fresh[-1]]), [9.0, 9.0])
+    ids = [second[i].id for i in fresh]
+    del first, second
+    third = plan.bind()
+    assert [third[i].id for i in fresh] == ids, "dropped ones are taken again"
+    plan.execute(third)
+    np.testing.assert_array_equal(_array(third[fresh[-1]]), [9.0, 9.0])
+    del third
+    plan.release_spares()
+    assert not {plan.bind()[i].id for i in fresh} & set(ids)
+
+
 def test_planning_lowers_each_kernel_once(fakes: None) -> None:
     a, b = _f32(np.ones(6)), _f32(np.ones(6))
     rt_fakes.LOWER_CALLS.clear()

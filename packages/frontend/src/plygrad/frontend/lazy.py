@@ -131,13 +131,34 @@ def buffer_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
 
 def output_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     """A realized tensor of `shape` in the buffer a schedule gave it: `buffer_view`, except that a buffer sized for a
-    symbolic tensor's maxima holds a concrete view of that tensor as its first elements (a SHRINK first)."""
+    symbolic tensor's maxima holds a concrete view of that tensor as its first elements (a SHRINK first).
+
+    The views of small buffers are kept (`_VIEWS`, by buffer id and shape): a plan hands the same small Buffer to
+    the next run once its tensor died (runtime `ExecPlan.bind`), and the kept view is then the tensor's graph again,
+    instead of two new nodes built, and dropped when the tensor dies, on every call. A buffer id is never reused,
+    so a kept view only ever names its own buffer."""
     if _JUST_INT.issuperset(map(type, shape)):  # C-level: every realize makes one of these
+        key = (buf.id, shape)
+        found = _VIEWS.get(key)
+        if found is not None:
+            return found
         node = UOp(Ops.BUFFER, buf.dtype, (), buf.ref())
         if math.prod(shape) < buf.size:
             node = UOp(Ops.SHRINK, buf.dtype, (node,), ((0, math.prod(shape)),))
-        return UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
+        node = UOp(Ops.RESHAPE, buf.dtype, (node,), shape)
+        if buf.nbytes <= MAX_VIEW_BYTES:
+            if len(_VIEWS) >= MAX_VIEWS_KEPT:
+                _VIEWS.clear()
+            _VIEWS[key] = node
+        return node
     return buffer_view(buf, shape)
+
+
+# `output_view`'s recent answers for buffers of at most MAX_VIEW_BYTES (a plan keeps its small fresh buffers for
+# the next run); a plain dict emptied when full, safe to share between threads
+MAX_VIEWS_KEPT: Final = 1024
+MAX_VIEW_BYTES: Final = 16 << 10
+_VIEWS: Final[dict[tuple[int, tuple[int, ...]], UOp]] = {}
 
 
 # Gradient stops: identity RESHAPEs made by `stop_gradient`. The frontend's movement ops never build an identity

@@ -80,6 +80,10 @@ def point_at(t: LazyTensor, buf: Buffer) -> None:
         t.uop = output_view(buf, t.shape)
         if t._requires_grad and not autograd.is_leaf(t):
             autograd.record_realized(t.uop, graph, inputs)
+        elif autograd.REALIZED and t.uop in autograd.REALIZED:
+            # a kept view (lazy.output_view) of a buffer the plan ran again: its entry told how a dead tensor
+            # was computed, not this one
+            del autograd.REALIZED[t.uop]
         autograd.record_undecided(t)  # a realized undecided tensor is a leaf for tinygrad-style backward()
     t.inputs = frozenset((buf,))
 

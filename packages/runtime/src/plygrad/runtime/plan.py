@@ -19,12 +19,15 @@ the same schedule at once both build it and the first one stored is the one both
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from sys import getrefcount
 from typing import Final
 
 from plygrad.ir.dtype import DType
@@ -45,6 +48,11 @@ from plygrad.runtime.errors import IndexBoundsError, ScheduleError
 from plygrad.runtime.lowering import LoadedProgram, prepare_kernels
 
 MAX_PLANS: Final = 2048
+
+
+# the largest fresh Buffer a plan keeps for its next run (`ExecPlan._fresh`): at most this many bytes per slot of
+# each cached plan stay allocated after their tensors die
+SPARE_MAX_BYTES: Final = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,8 @@ class ExecPlan:
         self.slot_of = {slot.id: i for i, slot in enumerate(slots)}
         self.output_slots = tuple(self.slot_of.get(i, -1) for i in outputs)
         self._checked: set[tuple[tuple[object, tuple[int, ...] | None], ...]] = set()  # check_outputs' passed roots
+        # slot -> the small fresh Buffer the last run got for it, taken again once nothing else holds it (`bind`)
+        self._spare: dict[int, Buffer] = {}
 
     @staticmethod
     def build(linear: UOp, producer: str | None = None) -> ExecPlan:
@@ -147,10 +157,10 @@ class ExecPlan:
         Buffer of that id. ScheduleError when a Buffer does not match what the schedule says it holds."""
         given = buffers or {}
         bound: list[Buffer] = []
-        for slot in self.slots:
+        for index, slot in enumerate(self.slots):
             buf = given.get(slot.id)
             if buf is None:
-                buf = Buffer(slot.device, slot.size, slot.dtype) if slot.id < 0 else lookup_buffer(slot.id)
+                buf = self._fresh(index, slot) if slot.id < 0 else lookup_buffer(slot.id)
             elif buf.device != slot.device or buf.size != slot.size or buf.dtype is not slot.dtype:
                 detail = (f"schedule buffer {slot.id} is {slot.size} x {slot.dtype} on {slot.device}, but the Buffer "
                           f"given for it is {buf.size} x {buf.dtype} on {buf.device}")
@@ -159,6 +169,25 @@ class ExecPlan:
                 raise ScheduleError(detail)
             bound.append(buf)
         return bound
+
+    def _fresh(self, index: int, slot: BufferSlot) -> Buffer:
+        """A Buffer for the schedule's own slot `index`: the one the last run got, when nothing else holds it any
+        more (the tensor it realized died: only this plan refers to it), else a new one. Only small buffers are
+        kept (`SPARE_MAX_BYTES`): for them allocating, freeing and the tensor's new view nodes are most of a
+        realize's cost, while large ones go back to the allocator's own cache."""
+        buf = self._spare.pop(index, None)  # atomic: of two threads running this plan, one takes it
+        if buf is None or getrefcount(buf) != 2:  # 2: here and getrefcount's argument, nothing else
+            buf = Buffer(slot.device, slot.size, slot.dtype)
+            if buf.nbytes > SPARE_MAX_BYTES:
+                return buf
+            if not self._spare:
+                _KEEPING.add(self)
+        self._spare[index] = buf
+        return buf
+
+    def release_spares(self) -> None:
+        """Let go of the Buffers kept for the next run (they are freed once nothing else holds them)."""
+        self._spare.clear()
 
     def execute(self, bufs: Sequence[Buffer], vals: Mapping[str, int] | None = None) -> None:
         """Run every step over `bufs` (one Buffer per slot, as `bind` returns them). `vals` gives variables other
@@ -266,6 +295,16 @@ def copy_buffer(dst: Buffer, src: Buffer) -> None:
     dst.copyin(staging)
 
 
+# plans holding spare Buffers: those go before interpreter shutdown tears down the backends that free them
+_KEEPING: Final[weakref.WeakSet[ExecPlan]] = weakref.WeakSet()
+
+
+@atexit.register
+def _release_all_spares() -> None:
+    for plan in list(_KEEPING):
+        plan.release_spares()
+
+
 # ---- the plan cache -------------------------------------------------------------------------------------------
 _PLANS: Final[OrderedDict[tuple[str, bytes | UOp], ExecPlan]] = OrderedDict()
 _PLANS_LOCK: Final = threading.Lock()
@@ -279,6 +318,8 @@ def clear_plans() -> None:
     with _PLANS_LOCK:
         _PLANS.clear()
         _GENERATION[0] += 1
+    for plan in list(_KEEPING):  # a plan a caller still holds runs its next call on new Buffers
+        plan.release_spares()
 
 
 def plans_generation() -> int:
