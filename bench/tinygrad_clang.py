@@ -2,7 +2,12 @@
 (scripts/setup-system.sh), with no plain `clang`; the benches then put a link named `clang` to the newest versioned
 one in a folder of their own at the front of PATH, so tinygrad's column is measured instead of reading n/a.
 
-Call `ensure_clang()` before tinygrad compiles anything (it only reads PATH when it runs the compiler)."""
+Call `ensure_clang()` before tinygrad compiles anything (it only reads PATH when it runs the compiler).
+
+The link is also on plygrad's PATH. plygrad's CPU backend takes the first of clang, gcc, cc that builds OpenMP
+programs, and Debian's clang-19 has no libomp here, so plygrad keeps gcc. Before that rule, plygrad picked this
+clang and every plygrad column of these benches ran its kernels on one core (matmul 1024: 73-99 instead of
+150-200 GFLOP/s)."""
 
 from __future__ import annotations
 
