@@ -115,3 +115,34 @@ def test_reduce_inside_contiguous_and_its_consumer() -> None:
     r = UOp(Ops.CONTIGUOUS, x.dtype, (reduce(x, Ops.MAX, (1,)) * const(2.0, (4, 1)),))
     fused, _ = check(sink(expand_to(r, (4, 5)) - x))
     assert kernel_count(fused) == 2
+
+
+def _scores(rows: int, keys: int, dim: int) -> UOp:
+    """q @ k^T over `dim`: (rows, keys) dot products, the REDUCE attention's softmax reads."""
+    q = expand_to(mov(buffer(0, (rows, dim)), Ops.RESHAPE, (rows, 1, dim)), (rows, keys, dim))
+    k = expand_to(mov(buffer(1, (keys, dim)), Ops.RESHAPE, (1, keys, dim)), (rows, keys, dim))
+    return mov(reduce(q * k, Ops.ADD, (2,)), Ops.RESHAPE, (rows, keys))
+
+
+def test_a_long_reduce_read_in_two_loop_nests_is_realized() -> None:
+    """softmax(q @ k^T): fused, each score would be computed in the row max's loop and again in the kernel's own
+    loop over the keys; a dot product of 32 steps is worth its own kernel (the softmax then reads it)."""
+    scores = _scores(6, 5, 32)
+    m = expand_to(reduce(scores, Ops.MAX, (1,)), (6, 5))
+    y = (scores - m).alu(Ops.EXP2)
+    fused, _ = check(sink(y))
+    assert kernel_count(fused) == 2  # the scores; the max and the exponentials
+
+
+def test_a_short_reduce_read_in_two_loop_nests_stays_fused() -> None:
+    scores = _scores(6, 5, 4)  # 4 steps: cheaper to compute twice than to store and load
+    m = expand_to(reduce(scores, Ops.MAX, (1,)), (6, 5))
+    fused, _ = check(sink((scores - m).alu(Ops.EXP2)))
+    assert kernel_count(fused) == 1
+
+
+def test_a_long_reduce_read_in_one_loop_nest_stays_fused() -> None:
+    """q @ k^T scaled and masked, no reduction over the keys: each score is computed once, in the kernel's loop."""
+    scores = _scores(6, 5, 32)
+    fused, _ = check(sink(scores * const(0.5, (6, 5)) + const(1.0, (6, 5))))
+    assert kernel_count(fused) == 1
