@@ -9,10 +9,11 @@ builtin is what runs.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
-from cg_kernels import binary, load, loop, param, sink, store
+from cg_kernels import binary, load, loop, matmul, param, sink, store
 from cg_run import native_flags, run_program
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -64,6 +65,20 @@ def test_small_outputs_scalar_and_local_stores_do_not_stream() -> None:
     _, default = _run_at(binary(Ops.ADD, dtypes.float32, 4096), NO_STREAM, [Opt(OptOps.UPCAST, 0, 16)], 0, 0)
     for source in (small, scalar, default):
         assert "plygrad_stream" not in source and "sfence" not in source
+
+
+def test_an_output_the_kernel_reads_back_does_not_stream() -> None:
+    """A blocked reduction stores partial sums into its output and loads them in the next block: streamed, each
+    block would send the whole output to memory and read it back (matmul 2048: 135 -> 197 GFLOP/s without)."""
+    kernel = matmul(32, 64, 64)
+    opts = [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.BLOCK, 2, 16)]
+    got, source = _run_at(kernel, SMALL_CACHES, opts, 0, 1)
+    expected, _ = _run_at(kernel, NO_STREAM, [], 0, 1)
+    assert re.search(r"__builtin_memcpy\(&v\d+, &data0\[", source)  # the partial sums are loaded back
+    assert "plygrad_stream" not in source and "sfence" not in source
+    _, unblocked = _run_at(kernel, SMALL_CACHES, opts[:1], 0, 1)  # the same output, stored once: streamed
+    assert "plygrad_stream_float16(&data0[" in unblocked
+    np.testing.assert_allclose(got[0].view(np.float32), expected[0].view(np.float32), rtol=1e-5, atol=1e-4)
 
 
 def _scaled_copy(n: int, dtype: Any) -> UOp:

@@ -93,6 +93,9 @@ class CFunction:
         # whole-vector stores into a global buffer of at least this many bytes are streamed (0: never)
         self.stream_min_bytes = stream_min_bytes
         self.streamed: set[DType] = set()
+        # buffers the kernel also reads: a blocked reduction reloads its partial sums from the output, which a
+        # streamed store would have sent to memory (matmul 2048, BLOCK 128: 16 round trips of the 16 MiB output)
+        self.read_back = {n.src[0].src[0] for n in kernel.linear if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX}
         self.names: dict[UOp, str] = {}
         self.declared_regs: set[int] = set()
         self.private = _written_in_threads(kernel.linear)  # THREAD range -> the local arrays it fills
@@ -298,9 +301,11 @@ class CFunction:
 
     def streams(self, index: UOp, value: DType) -> bool:
         """Whether a store of the vector `value` through `index` is streamed: a whole 16-, 32- or 64-byte vector
-        into a global buffer of at least `stream_min_bytes` (the address is checked for alignment when it runs)."""
+        into a global buffer of at least `stream_min_bytes` that the kernel never reads (the address is checked for
+        alignment when it runs)."""
         ptr, buf = index.dtype, index.src[0]
-        return (self.stream_min_bytes > 0 and buf.op is Ops.PARAM and isinstance(ptr, PtrDType) and ptr.size > 0
+        return (self.stream_min_bytes > 0 and buf.op is Ops.PARAM and buf not in self.read_back
+                and isinstance(ptr, PtrDType) and ptr.size > 0
                 and ptr.size * ptr.base.itemsize >= self.stream_min_bytes and value.itemsize in STREAMED_BYTES)
 
     # ---- expressions -------------------------------------------------------------------------------------------
