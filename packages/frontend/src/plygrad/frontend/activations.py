@@ -13,6 +13,7 @@ import math
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import elementwise, transcendental
+from plygrad.frontend.composite import composite
 from plygrad.ir import DTypeError
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def selu(x: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Ten
     return x.elu(alpha).mul(gamma)
 
 
+@composite()
 def gelu(t: Tensor, approximate: str = "tanh") -> Tensor:
     """x * Phi(x). `approximate="tanh"` (tinygrad's default) is 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
     PyTorch's `approximate='tanh'`; `"none"` is the exact 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default."""

@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING, TypeVar
 
 from plygrad.frontend import creation
+from plygrad.frontend.composite import composite
 from plygrad.ir import ShapeError, dtypes, result_dtype
 
 if TYPE_CHECKING:
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
 T = TypeVar("T", bound="Tensor")
 
 
+def _draws_dropout(x: Tensor, *args: object, **kwargs: object) -> bool:
+    """Whether this call draws dropout's random mask (a new draw each call: not memoized)."""
+    dropout_p = kwargs.get("dropout_p", args[3] if len(args) > 3 else 0.0)
+    return bool(dropout_p) and type(x).training
+
+
+@composite(skip=_draws_dropout)
 def scaled_dot_product_attention(x: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, enable_gqa: bool = False,
                                  scale: float | None = None) -> Tensor:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import lazy, reduce
+from plygrad.frontend.composite import composite
 from plygrad.ir import DType, DTypeLike, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype, to_dtype
 from plygrad.ir.shape import dim_max
 
@@ -81,6 +82,7 @@ def dot(x: Tensor, other: Tensor) -> Tensor:
     return x.matmul(other)
 
 
+@composite()
 def linear(t: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
     """`self @ weight + bias` with weight of shape (in, out) as in tinygrad (torch.nn.Linear stores (out, in)
     and computes `x @ weight.T`); a 1-D weight scales elementwise."""

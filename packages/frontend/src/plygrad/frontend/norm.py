@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import elementwise
+from plygrad.frontend.composite import composite
 from plygrad.ir import ShapeError, broadcast_shapes, dtypes
 
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
 
 
+@composite()
 def layernorm(t: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis`, with the biased variance (as F.layer_norm), no affine."""
     x = elementwise._float_input(t)

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from plygrad.frontend import creation, elementwise, lazy, movement, scan
+from plygrad.frontend.composite import composite
 from plygrad.frontend.symbolic import is_sym, size_tensor
 from plygrad.ir import DTypeLike, Ops, ShapeError, UOp, dtypes, reduce_identity, sum_acc_dtype, to_dtype
 from plygrad.ir.shape import dim_max, dim_sub, is_symbolic
@@ -227,6 +228,7 @@ def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     return (total.div(float(count)) if count else total.mul(float("nan")))._cast_to(x.dtype)
 
 
+@composite()
 def softmax(t: Tensor, axis: int = -1) -> Tensor:
     """exp(x - max) / sum(exp(x - max)) over `axis`: the max keeps exp from overflowing."""
     x = elementwise._float_input(t)
@@ -236,6 +238,7 @@ def softmax(t: Tensor, axis: int = -1) -> Tensor:
     return e.div(e.sum(axis, keepdim=True))._cast_to(x.dtype)
 
 
+@composite()
 def log_softmax(t: Tensor, axis: int = -1) -> Tensor:
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x

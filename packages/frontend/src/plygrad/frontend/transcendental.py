@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import elementwise
+from plygrad.frontend.composite import composite
 from plygrad.frontend.lazy import Scalar, const_uop
 from plygrad.ir import Ops, dtypes
 
@@ -266,6 +267,7 @@ def atanh(t: Tensor) -> Tensor:
     return _wide(t, fn)
 
 
+@composite()
 def erf(t: Tensor) -> Tensor:
     """Cephes' erff: x T(x^2) for |x| < 1, else 1 - erfc(|x|) with erfc(a) = exp(-a^2)/a P(1/a^2) (two
     polynomials, split at 2); |x| is capped at 4, past which erf is 1 to float32 precision."""
