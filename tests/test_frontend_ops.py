@@ -314,14 +314,14 @@ def test_bfloat16_round_trip(scheduler: str) -> None:
 
 # ---- buffers stay alive exactly as long as needed -----------------------------------------------------------------
 def test_inputs_outlive_their_tensors_while_a_graph_reads_them(scheduler: str) -> None:
-    # 32 KiB: a plan keeps a smaller output Buffer for its next run (tests/test_realize_fast_path.py)
-    x = Tensor(np.arange(8192, dtype=np.float32) / 1024)
+    # 1.2 MB: a plan keeps a smaller output Buffer for its next run (tests/test_realize_fast_path.py)
+    x = Tensor(np.arange(300_000, dtype=np.float32) / 65536)
     (buf,) = x.inputs
     ref = weakref.ref(buf)
     y = x.exp() + 1
     del x, buf
     gc.collect()
-    check(y, np.exp(np.arange(8192, dtype=np.float32) / 1024) + 1, rtol=1e-6)
+    check(y, np.exp(np.arange(300_000, dtype=np.float32) / 65536) + 1, rtol=1e-6)
     assert ref() is None, "after realizing, y reads only its own output: the input buffer must be freed"
     (out,) = y.inputs
     out_ref = weakref.ref(out)

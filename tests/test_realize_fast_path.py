@@ -137,8 +137,10 @@ def _buffer_of(t: Tensor) -> Any:
     return buf
 
 
-def test_a_small_output_buffer_and_its_view_serve_the_next_call_once_their_tensor_died() -> None:
-    data = _f32(16)
+@pytest.mark.parametrize("n", [16, 65536])  # 64 B (always kept) and 256 KiB (kept within the plans' budget)
+def test_an_output_buffer_and_its_view_serve_the_next_call_once_their_tensor_died(n: int) -> None:
+    clear_plans()  # the budget is shared with every plan earlier tests kept
+    data = _f32(n)
     x = Tensor(data).realize()
     y = (x + 1).realize()
     first, view = _buffer_of(y).id, y.uop
@@ -167,7 +169,7 @@ def test_a_live_output_is_never_run_over(n: int, rounds: int, seed: int) -> None
 
 
 def test_a_big_output_is_not_kept_after_its_tensor_died() -> None:
-    x = Tensor(_f32(8192)).realize()  # 32 KiB: above what a plan keeps
+    x = Tensor(_f32(300_000)).realize()  # 1.2 MB: above what a plan keeps (SPARE_MAX_BYTES)
     y = (x + 1).realize()
     ref = weakref.ref(_buffer_of(y))
     del y

@@ -9,6 +9,7 @@ from rt_schedules import add_then_sum, buffer_node, call, copy_call, linear, nod
 
 from plygrad.ir import Stage, dtypes, serialize
 from plygrad.runtime import Buffer, Capture, GlobalCounters, ScheduleError, clear_plans, load_plan, run_linear
+from plygrad.runtime import plan as plan_module
 from plygrad.runtime.testing import add_kernel
 
 
@@ -79,6 +80,27 @@ def test_a_plan_takes_its_small_fresh_buffers_again_once_nothing_else_holds_them
     del third
     plan.release_spares()
     assert not {plan.bind()[i].id for i in fresh} & set(ids)
+
+
+def test_buffers_past_the_small_size_are_kept_within_one_budget_for_all_plans(
+        fakes: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh Buffers above SPARE_SMALL_BYTES are kept only while every plan together keeps at most
+    SPARE_BUDGET_BYTES; past it a run's new Buffers go back to the allocator when their tensors die."""
+    monkeypatch.setattr(plan_module, "SPARE_SMALL_BYTES", 0)
+    monkeypatch.setattr(plan_module, "SPARE_BUDGET_BYTES", 64)  # one plan's tmp (24 bytes) and out, twice at most
+    clear_plans()
+    a, b = _f32(np.arange(6.0)), _f32(np.ones(6))
+    plans = [load_plan(add_then_sum(a, b, rows, 6 // rows)) for rows in (1, 2, 3, 6)]
+    for plan in plans:
+        out = plan.run()
+        del out
+        assert plan_module.kept_spare_bytes() <= 64
+    kept = [plan.spare_bytes() for plan in plans]
+    assert kept[0] > 0 and sum(kept) <= 64 and kept[-1] == 0, kept
+    again = plans[0].bind()  # the kept ones still serve their own plan
+    assert plans[0].spare_bytes() == kept[0]
+    plans[0].execute(again)
+    np.testing.assert_array_equal(_array(again[plans[0].slot_of[-2]]), [21.0])
 
 
 def test_planning_lowers_each_kernel_once(fakes: None) -> None:

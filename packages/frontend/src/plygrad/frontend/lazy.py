@@ -154,10 +154,10 @@ def output_view(buf: Buffer, shape: tuple[int, ...]) -> UOp:
     return buffer_view(buf, shape)
 
 
-# `output_view`'s recent answers for buffers of at most MAX_VIEW_BYTES (a plan keeps its small fresh buffers for
-# the next run); a plain dict emptied when full, safe to share between threads
+# `output_view`'s recent answers for buffers of at most MAX_VIEW_BYTES (a plan keeps its fresh buffers up to the
+# runtime's SPARE_MAX_BYTES for the next run); a plain dict emptied when full, safe to share between threads
 MAX_VIEWS_KEPT: Final = 1024
-MAX_VIEW_BYTES: Final = 16 << 10
+MAX_VIEW_BYTES: Final = 1 << 20
 _VIEWS: Final[dict[tuple[int, tuple[int, ...]], UOp]] = {}
 
 

@@ -50,9 +50,12 @@ from plygrad.runtime.lowering import LoadedProgram, prepare_kernels
 MAX_PLANS: Final = 2048
 
 
-# the largest fresh Buffer a plan keeps for its next run (`ExecPlan._fresh`): at most this many bytes per slot of
-# each cached plan stay allocated after their tensors die
-SPARE_MAX_BYTES: Final = 16 << 10
+# the largest fresh Buffer a plan keeps for its next run (`ExecPlan._fresh`). Those of at most SPARE_SMALL_BYTES are
+# always kept; larger ones while all plans together keep at most SPARE_BUDGET_BYTES (a MiniLM forward's plan alone
+# would keep ~40 MB of intermediates)
+SPARE_MAX_BYTES: Final = 1 << 20
+SPARE_SMALL_BYTES: Final = 16 << 10
+SPARE_BUDGET_BYTES: Final = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -173,17 +176,26 @@ class ExecPlan:
     def _fresh(self, index: int, slot: BufferSlot) -> Buffer:
         """A Buffer for the schedule's own slot `index`: the one the last run got, when nothing else holds it any
         more (the tensor it realized died: only this plan refers to it), else a new one. Only small buffers are
-        kept (`SPARE_MAX_BYTES`): for them allocating, freeing and the tensor's new view nodes are most of a
-        realize's cost, while large ones go back to the allocator's own cache."""
+        kept (`SPARE_MAX_BYTES`, and past SPARE_SMALL_BYTES within SPARE_BUDGET_BYTES for all plans): for them
+        allocating, freeing and the tensor's new view nodes are most of a realize's cost (MiniLM's token lookup, a
+        258 KB output: 48-85 -> 29-44 us a call, alternating processes), while large ones go back to the
+        allocator's own cache."""
         buf = self._spare.pop(index, None)  # atomic: of two threads running this plan, one takes it
         if buf is None or getrefcount(buf) != 2:  # 2: here and getrefcount's argument, nothing else
             buf = Buffer(slot.device, slot.size, slot.dtype)
-            if buf.nbytes > SPARE_MAX_BYTES:
+            nbytes = buf.nbytes
+            if nbytes > SPARE_MAX_BYTES or (nbytes > SPARE_SMALL_BYTES
+                                            and kept_spare_bytes() + nbytes > SPARE_BUDGET_BYTES):
                 return buf
             if not self._spare:
-                _KEEPING.add(self)
+                with _KEEPING_LOCK:
+                    _KEEPING.add(self)
         self._spare[index] = buf
         return buf
+
+    def spare_bytes(self) -> int:
+        """Bytes of the Buffers this plan keeps for its next run."""
+        return sum(buf.nbytes for buf in list(self._spare.values()))
 
     def release_spares(self) -> None:
         """Let go of the Buffers kept for the next run (they are freed once nothing else holds them)."""
@@ -297,11 +309,22 @@ def copy_buffer(dst: Buffer, src: Buffer) -> None:
 
 # plans holding spare Buffers: those go before interpreter shutdown tears down the backends that free them
 _KEEPING: Final[weakref.WeakSet[ExecPlan]] = weakref.WeakSet()
+_KEEPING_LOCK: Final = threading.Lock()
+
+
+def kept_spare_bytes() -> int:
+    """Bytes of the Buffers all plans keep for their next runs (asked only before keeping a new one past
+    SPARE_SMALL_BYTES, so a warm run never walks the plans)."""
+    with _KEEPING_LOCK:  # a WeakSet that another thread adds to while this one copies it raises
+        plans = list(_KEEPING)
+    return sum(plan.spare_bytes() for plan in plans)
 
 
 @atexit.register
 def _release_all_spares() -> None:
-    for plan in list(_KEEPING):
+    with _KEEPING_LOCK:
+        plans = list(_KEEPING)
+    for plan in plans:
         plan.release_spares()
 
 
@@ -318,7 +341,9 @@ def clear_plans() -> None:
     with _PLANS_LOCK:
         _PLANS.clear()
         _GENERATION[0] += 1
-    for plan in list(_KEEPING):  # a plan a caller still holds runs its next call on new Buffers
+    with _KEEPING_LOCK:
+        plans = list(_KEEPING)
+    for plan in plans:  # a plan a caller still holds runs its next call on new Buffers
         plan.release_spares()
 
 
