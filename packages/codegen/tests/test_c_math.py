@@ -1,6 +1,7 @@
 """float32 EXP2 of the C renderer (renderer/c_math.py): within an ulp of float64's result rounded once, special
 values exact, and the vector form bit for bit the scalar one (what vectorize.py promises), at -O2 and at the CPU
-backend's `-O3 -march=native`, with the system C compiler (cg_run.compile_c)."""
+backend's `-O3 -march=native`, with the system C compiler (cg_run.compile_c). Vector SQRT: the correctly rounded
+root of each lane, as the scalar kernel and NumPy give it."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import ctypes
 
 import numpy as np
 import pytest
-from cg_kernels import reduce_rows, softmax_like
+from cg_kernels import reduce_rows, softmax_like, unary
 from cg_run import compile_c, run_program
 
 from plygrad.codegen import lower_uop
 from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2
-from plygrad.ir import Ops, Opt, OptOps, Target, dtypes
+from plygrad.ir import DType, Ops, Opt, OptOps, Target, dtypes
 
 _SOURCE = f"""#include <stdint.h>
 #include <string.h>
@@ -92,3 +93,32 @@ def test_max_over_unrolled_lanes_is_a_vector_accumulator_with_the_plain_result(s
         run_program(program, [out, x])
         outs.append(out)
     assert np.array_equal(outs[0].view(np.uint32), outs[1].view(np.uint32)), outs
+
+
+@pytest.mark.parametrize("flags", [(), ("-march=native",)], ids=["O2", "native"])
+@pytest.mark.parametrize(("dtype", "lanes"), [(dtypes.float32, 16), (dtypes.float32, 8), (dtypes.float32, 4),
+                                              (dtypes.float64, 8), (dtypes.float64, 4), (dtypes.float64, 2)])
+def test_vector_sqrt_lanes_are_the_correctly_rounded_roots(dtype: DType, lanes: int, flags: tuple[str, ...]) -> None:
+    """An upcast SQRT is one call of the lane-wise helper per vector (not one libm call per lane), and gives the
+    scalar kernel's bits and NumPy's: exact roots, -0, +inf, and NaN for negative inputs and NaN."""
+    n, np_dtype = 4096, np.float32 if dtype is dtypes.float32 else np.float64
+    widths = ((dtypes.float32, (4, 8, 16)), (dtypes.float64, (2, 4, 8)))
+    kernel, cpu = unary(Ops.SQRT, dtype, n), Target("CPU", "c", vector_widths=widths)
+    fast = lower_uop(kernel, cpu, [Opt(OptOps.UPCAST, 0, lanes)])
+    assert f"plygrad_sqrt_{'float' if dtype is dtypes.float32 else 'double'}{lanes}(" in fast.src[0].arg
+    rng = np.random.default_rng(lanes)
+    x = np.exp(rng.uniform(-80, 80, n)).astype(np_dtype)  # subnormal to huge (float32: 0 and inf at the ends)
+    x[: n // 8] = rng.standard_normal(n // 8)
+    special = [0.0, -0.0, 1.0, 4.0, 2.0, -1.0, -np.inf, np.inf, np.nan, np.finfo(np_dtype).tiny / 4,
+               np.finfo(np_dtype).max]
+    x[100:100 + len(special)] = special
+    outs = []
+    for program in (fast, lower_uop(kernel, cpu, [])):
+        out = np.zeros(n, np_dtype)
+        run_program(program, [out, x], flags=flags)
+        outs.append(out)
+    bits = np.uint32 if dtype is dtypes.float32 else np.uint64
+    assert np.array_equal(outs[0].view(bits), outs[1].view(bits))
+    with np.errstate(invalid="ignore"):
+        want = np.sqrt(x)
+    assert np.array_equal(outs[0].view(bits), want.view(bits)), x[outs[0].view(bits) != want.view(bits)][:5]

@@ -38,9 +38,10 @@ class VectorForms:
     convolution's window at the border) may still be one vector LOAD, through `INDEX(buf, idx, gate_0, ...,
     gate_k-1)`: the renderer loads every lane at once where all gates hold and lane by lane elsewhere (C).
     `math`: unary ops beyond those that the `alu` dtypes also have as vector ops, lane for lane the scalar op's
-    bits (C: float32 EXP2, renderer/c_math.py). `masks`: dtypes whose comparisons give a vector of lane masks (a
-    `bool` vector) that the renderer can combine (AND OR XOR) and select by (WHERE of that dtype) lane by lane (C:
-    float32, masks of int32 lanes). The widths themselves are the Target's (`Target.vector_widths_for`)."""
+    bits (C: float32 EXP2 and float32/float64 SQRT, renderer/c_math.py). `masks`: dtypes whose comparisons give a
+    vector of lane masks (a `bool` vector) that the renderer can combine (AND OR XOR) and select by (WHERE of that
+    dtype) lane by lane (C: float32, masks of int32 lanes). The widths themselves are the Target's
+    (`Target.vector_widths_for`)."""
 
     alu: frozenset[DType]
     memory: frozenset[DType]
@@ -53,7 +54,8 @@ class VectorForms:
 # what the C renderer has (GCC/Clang vector extensions): IEEE float ops in vectors, unaligned vector accesses
 C_VECTOR_FORMS = VectorForms(alu=frozenset({dtypes.float32, dtypes.float64}),
                              memory=frozenset({dtypes.float32, dtypes.float64}), lane_gates=True,
-                             math=frozenset({(Ops.EXP2, dtypes.float32)}), masks=frozenset({dtypes.float32}))
+                             math=frozenset({(Ops.EXP2, dtypes.float32), (Ops.SQRT, dtypes.float32),
+                                             (Ops.SQRT, dtypes.float64)}), masks=frozenset({dtypes.float32}))
 
 
 class Renderer(ABC):

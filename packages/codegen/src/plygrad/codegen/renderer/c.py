@@ -20,7 +20,7 @@ from typing import Final
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
 from plygrad.codegen.renderer.c_alu import ALU, INFIX, zero
-from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2, vector_fma
+from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2, vector_fma, vector_sqrt
 from plygrad.codegen.renderer.c_transpose import SHUFFLE_MACRO, transpose_helper
 from plygrad.codegen.renderer.c_types import (
     HELPER_OF,
@@ -103,6 +103,7 @@ class CFunction:
         self.vectors: set[DType] = set()
         self.vector_exp2: set[DType] = set()
         self.vector_fma: set[DType] = set()
+        self.vector_sqrt: set[DType] = set()
         self.vector_transpose: set[DType] = set()
         # the rows of a register transpose -> (the array holding it, the indent it was declared at)
         self.transposed: dict[tuple[UOp, ...], tuple[str, int]] = {}
@@ -120,6 +121,8 @@ class CFunction:
         helpers += "".join(vector_exp2(vector_type(d), d.count) for d in sorted(self.vector_exp2, key=str))
         helpers += "".join(vector_fma(vector_type(d), d.count, c_local(d.scalar()))
                            for d in sorted(self.vector_fma, key=str))
+        helpers += "".join(vector_sqrt(vector_type(d), d.count, c_local(d.scalar()))
+                           for d in sorted(self.vector_sqrt, key=str))
         helpers += "".join(stream_helper(vector_type(d), d.itemsize) for d in sorted(self.streamed, key=str))
         if self.streamed:  # the calling thread's streamed stores are visible when the call returns; OpenMP's
             # threads end the parallel loop in a barrier of locked instructions, which drain their stores too
@@ -175,7 +178,11 @@ class CFunction:
 
     def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
         """The call computing `op` (SQRT EXP2 LOG2 SIN TRUNC POW) on float locals of `dtype`: the math library's,
-        but float32 EXP2 is c_math.py's (vectorizable; a vector dtype only reaches here for it)."""
+        but float32 EXP2 is c_math.py's (vectorizable), and a vector SQRT (float32, float64) a lane-wise helper
+        (c_math.vector_sqrt); a vector dtype only reaches here for those two."""
+        if op is Ops.SQRT and dtype.count > 1:
+            self.vector_sqrt.add(dtype)
+            return f"plygrad_sqrt_{self.local_type(dtype)[8:]}({args[0]})"
         if op is Ops.EXP2 and dtype.scalar() is dtypes.float32:
             if dtype.count > 1:
                 self.vector_exp2.add(dtype)

@@ -101,3 +101,43 @@ def vector_fma(name: str, lanes: int, scalar: str) -> str:
 #endif
 {loop}}}
 """
+
+
+# GCC's builtins behind _mm512_sqrt_ps and friends, by (scalar type, lanes): the feature macro and the call. IEEE
+# square roots are correctly rounded, so a lane gives libm's `sqrtf`/`sqrt` bits; libm's call is what GCC emits for
+# a scalar `sqrtf` (errno on a negative input), which it does not vectorize: an Adam step's 16 lanes took 16 calls.
+_GCC_X86_SQRT: Final = {
+    ("float", 16): ("__AVX512F__", "__builtin_ia32_sqrtps512_mask(a, a, (short)-1, 4)"),
+    ("float", 8): ("__AVX__", "__builtin_ia32_sqrtps256(a)"),
+    ("float", 4): ("__SSE__", "__builtin_ia32_sqrtps(a)"),
+    ("double", 8): ("__AVX512F__", "__builtin_ia32_sqrtpd512_mask(a, a, (unsigned char)-1, 4)"),
+    ("double", 4): ("__AVX__", "__builtin_ia32_sqrtpd256(a)"),
+    ("double", 2): ("__SSE2__", "__builtin_ia32_sqrtpd(a)"),
+}
+
+
+def vector_sqrt(name: str, lanes: int, scalar: str) -> str:
+    """`plygrad_sqrt_<type>(a)`: the correctly rounded square root of each lane (SQRT of docs/ir.md §5). Clang
+    has an element-wise builtin for it; GCC on x86 its intrinsics' builtins (`_GCC_X86_SQRT`); anywhere else a lane
+    loop of libm's `sqrtf`/`sqrt` (the same bits, one call per lane)."""
+    call = "sqrtf" if scalar == "float" else "sqrt"
+    loop = f"""  {name} r;
+  for (int i = 0; i < {lanes}; i++) r[i] = {call}(a[i]);
+  return r;
+"""
+    gcc = _GCC_X86_SQRT.get((scalar, lanes))
+    if gcc is not None:
+        feature, builtin = gcc
+        loop = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined({feature})
+  return {builtin};
+#else
+{loop}#endif
+"""
+    return f"""static inline {name} plygrad_sqrt_{name[8:]}({name} a) {{
+#if defined(__clang__) && defined(__has_builtin)
+#if __has_builtin(__builtin_elementwise_sqrt)
+  return __builtin_elementwise_sqrt(a);
+#endif
+#endif
+{loop}}}
+"""
