@@ -75,17 +75,16 @@ _GCC_X86_FMA: Final = {
 }
 
 
-def vector_fma(name: str, lanes: int, scalar: str) -> str:
-    """`plygrad_fma_<type>(a, b, c)`: a fused multiply-add of each lane (`fmaf`/`fma` of `scalar`, one rounding;
-    MULACC of docs/ir.md §5). Clang has an element-wise builtin for it; GCC on x86 with FMA its intrinsics'
-    builtins (`_GCC_X86_FMA`); anywhere else a lane loop, which GCC turns into one vector FMA at -O2 where the
-    target has one, and which calls libm's correctly rounded `fmaf` per lane where it has none (slow, same bits)."""
-    call = "fmaf" if scalar == "float" else "fma"
+def _lane_wise(op: str, name: str, lanes: int, scalar: str, *, operands: str, gcc: tuple[str, str] | None) -> str:
+    """`plygrad_<op>_<type>(operands)` of the vector type `name`: Clang's `__builtin_elementwise_<op>` where it has
+    it, GCC's x86 builtin `gcc` (feature macro, call) where that feature is on, else a lane loop of libm's `<op>f`
+    (float) or `<op>` (double)."""
+    args = operands.split(", ")
+    call = f"{op}f" if scalar == "float" else op
     loop = f"""  {name} r;
-  for (int i = 0; i < {lanes}; i++) r[i] = {call}(a[i], b[i], c[i]);
+  for (int i = 0; i < {lanes}; i++) r[i] = {call}({", ".join(f"{a}[i]" for a in args)});
   return r;
 """
-    gcc = _GCC_X86_FMA.get((scalar, lanes))
     if gcc is not None:
         feature, builtin = gcc
         loop = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined({feature})
@@ -93,14 +92,23 @@ def vector_fma(name: str, lanes: int, scalar: str) -> str:
 #else
 {loop}#endif
 """
-    return f"""static inline {name} plygrad_fma_{name[8:]}({name} a, {name} b, {name} c) {{
+    params = ", ".join(f"{name} {a}" for a in args)
+    return f"""static inline {name} plygrad_{op}_{name[8:]}({params}) {{
 #if defined(__clang__) && defined(__has_builtin)
-#if __has_builtin(__builtin_elementwise_fma)
-  return __builtin_elementwise_fma(a, b, c);
+#if __has_builtin(__builtin_elementwise_{op})
+  return __builtin_elementwise_{op}({operands});
 #endif
 #endif
 {loop}}}
 """
+
+
+def vector_fma(name: str, lanes: int, scalar: str) -> str:
+    """`plygrad_fma_<type>(a, b, c)`: a fused multiply-add of each lane (`fmaf`/`fma` of `scalar`, one rounding;
+    MULACC of docs/ir.md §5). Clang has an element-wise builtin for it; GCC on x86 with FMA its intrinsics'
+    builtins (`_GCC_X86_FMA`); anywhere else a lane loop, which GCC turns into one vector FMA at -O2 where the
+    target has one, and which calls libm's correctly rounded `fmaf` per lane where it has none (slow, same bits)."""
+    return _lane_wise("fma", name, lanes, scalar, operands="a, b, c", gcc=_GCC_X86_FMA.get((scalar, lanes)))
 
 
 # GCC's builtins behind _mm512_sqrt_ps and friends, by (scalar type, lanes): the feature macro and the call. IEEE
@@ -120,24 +128,4 @@ def vector_sqrt(name: str, lanes: int, scalar: str) -> str:
     """`plygrad_sqrt_<type>(a)`: the correctly rounded square root of each lane (SQRT of docs/ir.md §5). Clang
     has an element-wise builtin for it; GCC on x86 its intrinsics' builtins (`_GCC_X86_SQRT`); anywhere else a lane
     loop of libm's `sqrtf`/`sqrt` (the same bits, one call per lane)."""
-    call = "sqrtf" if scalar == "float" else "sqrt"
-    loop = f"""  {name} r;
-  for (int i = 0; i < {lanes}; i++) r[i] = {call}(a[i]);
-  return r;
-"""
-    gcc = _GCC_X86_SQRT.get((scalar, lanes))
-    if gcc is not None:
-        feature, builtin = gcc
-        loop = f"""#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined({feature})
-  return {builtin};
-#else
-{loop}#endif
-"""
-    return f"""static inline {name} plygrad_sqrt_{name[8:]}({name} a) {{
-#if defined(__clang__) && defined(__has_builtin)
-#if __has_builtin(__builtin_elementwise_sqrt)
-  return __builtin_elementwise_sqrt(a);
-#endif
-#endif
-{loop}}}
-"""
+    return _lane_wise("sqrt", name, lanes, scalar, operands="a", gcc=_GCC_X86_SQRT.get((scalar, lanes)))
