@@ -1,16 +1,22 @@
 """float32 EXP2 of the C renderer (renderer/c_math.py): within an ulp of float64's result rounded once, special
 values exact, and the vector form bit for bit the scalar one (what vectorize.py promises), at -O2 and at the CPU
 backend's `-O3 -march=native`, with the system C compiler (cg_run.compile_c). Vector SQRT: the correctly rounded
-root of each lane, as the scalar kernel and NumPy give it."""
+root of each lane, as the scalar kernel and NumPy give it. A matmul tile's reused vector load is kept in a register
+(`plygrad_keep_*`): same bits, and under GCC on x86-64 no FMA reads it from memory again."""
 
 from __future__ import annotations
 
 import ctypes
+import platform
+import re
+import subprocess
+from pathlib import Path
+from typing import Final
 
 import numpy as np
 import pytest
-from cg_kernels import reduce_rows, softmax_like, unary
-from cg_run import compile_c, run_program
+from cg_kernels import matmul, reduce_rows, softmax_like, unary
+from cg_run import compile_c, compiler, compiler_version, native_flags, run_program
 
 from plygrad.codegen import lower_uop
 from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2
@@ -122,3 +128,56 @@ def test_vector_sqrt_lanes_are_the_correctly_rounded_roots(dtype: DType, lanes: 
     with np.errstate(invalid="ignore"):
         want = np.sqrt(x)
     assert np.array_equal(outs[0].view(bits), want.view(bits)), x[outs[0].view(bits) != want.view(bits)][:5]
+
+
+_WIDTHS: Final = ((dtypes.float32, (4, 8, 16)), (dtypes.float64, (2, 4, 8)))
+
+
+@pytest.mark.parametrize("flags", [(), ("-march=native",)], ids=["O2", "native"])
+@pytest.mark.parametrize(("dtype", "lanes"), [(dtypes.float32, 16), (dtypes.float32, 8), (dtypes.float32, 4),
+                                              (dtypes.float64, 8), (dtypes.float64, 4), (dtypes.float64, 2)])
+def test_a_tiles_reused_row_is_kept_in_a_register_with_the_plain_kernels_bits(dtype: DType, lanes: int,
+                                                                               flags: tuple[str, ...]) -> None:
+    """A register tile of 4 rows x `lanes` columns loads each B vector once for four FMAs and keeps it
+    (`plygrad_keep_*`, which must compile for every vector size, with and without the host's registers): the result
+    equals the untiled kernel's bit for bit (the same fused multiply-adds in the same order) and NumPy's closely."""
+    m, k, n = 8, 24, 2 * lanes
+    np_dtype = np.float32 if dtype is dtypes.float32 else np.float64
+    cpu = Target("CPU", "c", vector_widths=_WIDTHS, has_fma=True)
+    tiled = lower_uop(matmul(m, k, n, dtype), cpu, [Opt(OptOps.UPCAST, 1, lanes), Opt(OptOps.UPCAST, 0, 4)])
+    source = tiled.src[0].arg
+    name = f"{'float' if dtype is dtypes.float32 else 'double'}{lanes}"
+    assert len(re.findall(rf"= plygrad_keep_{name}\(", source)) == 1, source  # one B vector per k step
+    rng = np.random.default_rng(lanes)
+    a, b = rng.standard_normal(m * k).astype(np_dtype), rng.standard_normal(k * n).astype(np_dtype)
+    outs = []
+    for program in (tiled, lower_uop(matmul(m, k, n, dtype), cpu, [])):
+        out = np.zeros(m * n, np_dtype)
+        run_program(program, [out, a, b], flags=flags)
+        outs.append(out)
+    bits = np.uint32 if dtype is dtypes.float32 else np.uint64
+    assert np.array_equal(outs[0].view(bits), outs[1].view(bits))
+    np.testing.assert_allclose(outs[0], (a.reshape(m, k) @ b.reshape(k, n)).ravel(), rtol=1e-5, atol=1e-5)
+
+
+def test_gcc_reads_a_kept_row_from_l1_once_not_once_per_fma(tmp_path: Path) -> None:
+    """What the keep is for: GCC on x86-64 folds a vector load into every FMA that reads it (a memory operand per
+    FMA, so 20 loads per 16 FMAs of a 4 x 64 tile, and the loads became the limit). With the keep, no FMA of the
+    tile has a memory operand but a broadcast scalar (`{1toN}`, A's element)."""
+    macros = subprocess.run([*compiler(), "-dM", "-E", "-x", "c", "-"], input="", capture_output=True, text=True,
+                            check=True).stdout
+    if platform.machine() not in ("x86_64", "AMD64") or "__clang__" in macros or "__GNUC__" not in macros:
+        pytest.skip(f"GCC on x86-64 only (compiler: {compiler_version()}, machine: {platform.machine()})")
+    if "-march=native" not in native_flags() or "avx512f" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("needs a host with AVX-512F (-march=native): the tile's rows are 16 float32 lanes")
+    cpu = Target("CPU", "c", vector_widths=_WIDTHS, has_fma=True)
+    tiled = lower_uop(matmul(8, 64, 64), cpu, [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 1, 4),
+                                               Opt(OptOps.UPCAST, 0, 4)])
+    src = tmp_path / "tile.c"
+    src.write_text(tiled.src[0].arg)
+    cmd = [*compiler(), "-O2", "-fPIC", "-ffp-contract=off", *native_flags(), "-S", "-o", "-", str(src)]
+    asm = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    fmas = [line for line in asm.splitlines() if re.match(r"\s*vfmadd\w+\s", line)]
+    assert len(fmas) >= 16, asm  # the 4 x 4 tile of 16-lane accumulators
+    from_memory = [line for line in fmas if "(" in line and "{1to" not in line]
+    assert not from_memory, from_memory

@@ -20,7 +20,7 @@ from typing import Final
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
 from plygrad.codegen.renderer.c_alu import ALU, INFIX, zero
-from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2, vector_fma, vector_sqrt
+from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2, vector_fma, vector_keep, vector_sqrt
 from plygrad.codegen.renderer.c_transpose import SHUFFLE_MACRO, transpose_helper
 from plygrad.codegen.renderer.c_types import (
     HELPER_OF,
@@ -96,6 +96,10 @@ class CFunction:
         # buffers the kernel also reads: a blocked reduction reloads its partial sums from the output, which a
         # streamed store would have sent to memory (matmul 2048, BLOCK 128: 16 round trips of the 16 MiB output)
         self.read_back = {n.src[0].src[0] for n in kernel.linear if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX}
+        # vector loads that two or more multiply-adds read (a matmul tile's B row): kept in a register
+        # (c_math.vector_keep) rather than read again by each FMA
+        self.kept_loads = _reused_by_mulacc(kernel.linear)
+        self.vector_keep: set[DType] = set()
         self.names: dict[UOp, str] = {}
         self.declared_regs: set[int] = set()
         self.private = _written_in_threads(kernel.linear)  # THREAD range -> the local arrays it fills
@@ -123,6 +127,8 @@ class CFunction:
                            for d in sorted(self.vector_fma, key=str))
         helpers += "".join(vector_sqrt(vector_type(d), d.count, c_local(d.scalar()))
                            for d in sorted(self.vector_sqrt, key=str))
+        helpers += "".join(vector_keep(vector_type(d), d.scalar().itemsize * d.count)
+                           for d in sorted(self.vector_keep, key=str))
         helpers += "".join(stream_helper(vector_type(d), d.itemsize) for d in sorted(self.streamed, key=str))
         if self.streamed:  # the calling thread's streamed stores are visible when the call returns; OpenMP's
             # threads end the parallel loop in a barrier of locked instructions, which drain their stores too
@@ -282,6 +288,9 @@ class CFunction:
         else:
             self.emit(f"{self.local_type(node.dtype)} {name};")
             self.emit(copy)
+        if node in self.kept_loads:
+            self.vector_keep.add(node.dtype)
+            self.emit(f"{name} = plygrad_keep_{self.local_type(node.dtype)[8:]}({name});")
 
     def store(self, node: UOp) -> None:
         index, value = node.src[0], node.src[1]
@@ -457,3 +466,14 @@ def _written_in_threads(linear: Sequence[UOp]) -> dict[UOp, str]:
                 if name not in written[thread]:
                     written[thread].append(name)
     return {r: ", ".join(names) for r, names in written.items() if names}
+
+
+def _reused_by_mulacc(linear: Sequence[UOp]) -> set[UOp]:
+    """The vector LOADs of the statement list that two or more MULACCs read."""
+    readers: dict[UOp, int] = {}
+    for node in linear:
+        if node.op is Ops.MULACC:
+            for src in set(node.src):
+                if src.op is Ops.LOAD and src.dtype.count > 1:
+                    readers[src] = readers.get(src, 0) + 1
+    return {load for load, count in readers.items() if count > 1}

@@ -111,6 +111,30 @@ def vector_fma(name: str, lanes: int, scalar: str) -> str:
     return _lane_wise("fma", name, lanes, scalar, operands="a, b, c", gcc=_GCC_X86_FMA.get((scalar, lanes)))
 
 
+# the x86 feature macro under which GCC holds a vector of this many bytes in one register
+_X86_REGISTER_FEATURE: Final = {16: "__SSE2__", 32: "__AVX__", 64: "__AVX512F__"}
+
+
+def vector_keep(name: str, nbytes: int) -> str:
+    """`plygrad_keep_<type>(x)`: `x`, held in a vector register from here on. GCC folds a vector load into every
+    x86 FMA that reads it, as a memory operand, so a B row that a matmul tile loads once and multiplies into four
+    rows was read from L1 four times: 20 loads per 16 FMAs, and the loads, not the FMAs, were the limit (matmul
+    2048 in a C harness on the Zen 4 dev VM: 150 GFLOP/s, 175 with the value kept). An empty `asm` that takes the
+    value in a register (`+v`) and may change it leaves GCC nothing to fold; it emits no instruction. Only under
+    GCC on x86-64 with registers of this size; elsewhere (Clang does not fold this way, Arm has no load-operand FMA)
+    the identity."""
+    feature = _X86_REGISTER_FEATURE.get(nbytes)
+    gcc_x86 = "defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)"
+    keep = "" if feature is None else f"""#if {gcc_x86} && defined({feature})
+  __asm__("" : "+v"(x));
+#endif
+"""
+    return f"""static inline {name} plygrad_keep_{name[8:]}({name} x) {{
+{keep}  return x;
+}}
+"""
+
+
 # GCC's builtins behind _mm512_sqrt_ps and friends, by (scalar type, lanes): the feature macro and the call. IEEE
 # square roots are correctly rounded, so a lane gives libm's `sqrtf`/`sqrt` bits; libm's call is what GCC emits for
 # a scalar `sqrtf` (errno on a negative input), which it does not vectorize: an Adam step's 16 lanes took 16 calls.
