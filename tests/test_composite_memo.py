@@ -1,6 +1,7 @@
-"""The frontend's composite memo (plygrad.frontend.composite): a GELU, layer norm, softmax, linear layer or attention
-built again over the same input nodes is one lookup, and gives what building it op by op gives: the same node, the
-same values, the same requires_grad and gradients, whatever grad mode, training mode or autograd state it meets."""
+"""The frontend's composite memo (plygrad.frontend.composite): a sum, mean, GELU, layer norm, softmax, linear layer or
+attention built again over the same input nodes is one lookup, and gives what building it op by op gives: the same
+node, the same values, the same requires_grad and gradients, whatever grad mode, training mode or autograd state it
+meets."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plygrad.frontend import Tensor, elementwise, no_grad
+from plygrad.frontend import Tensor, elementwise, no_grad, reduce
 from plygrad.frontend.composite import memo_size
 
 Op = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -29,6 +30,9 @@ OPS: dict[str, Op] = {
     "linear": lambda x, w, b: x.linear(w, b),
     "linear_nobias": lambda x, w, b: x.linear(w),
     "attention": lambda x, w, b: x.scaled_dot_product_attention(x, x),
+    "sum": lambda x, w, b: x.sum(),
+    "sum_axis": lambda x, w, b: x.sum(1, keepdim=True),
+    "mean": lambda x, w, b: x.mean(0),
 }
 
 
@@ -39,14 +43,16 @@ def _inputs(seed: int, rows: int = 3, cols: int = 5) -> tuple[Tensor, Tensor, Te
             Tensor(rng.standard_normal(4).astype(np.float32)).realize())
 
 
-def _count_alu(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the elementwise ops and the reductions built from here on."""
     calls = [0]
-    real = elementwise._alu
+    for module, name in ((elementwise, "_alu"), (reduce, "_reduce")):
+        real = getattr(module, name)
 
-    def counting(*args: Any) -> Any:
-        calls[0] += 1
-        return real(*args)
-    monkeypatch.setattr(elementwise, "_alu", counting)
+        def counting(*args: Any, real: Any = real) -> Any:
+            calls[0] += 1
+            return real(*args)
+        monkeypatch.setattr(module, name, counting)
     return calls
 
 
@@ -55,7 +61,7 @@ def test_a_second_build_over_the_same_nodes_is_one_lookup(name: str, monkeypatch
     x, w, b = _inputs(0)
     first = OPS[name](x, w, b)
     assert memo_size(x.uop) >= 1
-    calls = _count_alu(monkeypatch)
+    calls = _count_builds(monkeypatch)
     again = OPS[name](x, w, b)
     assert calls[0] == 0, f"{name} was built op by op again"
     assert again.uop is first.uop and again is not first

@@ -1,5 +1,6 @@
 """Composite ops built once per input graph: a model's forward pass, built again over the same nodes, finds the
-graph of each GELU, layer norm, softmax, linear layer and attention it built before instead of building it op by op.
+graph of each sum, mean, GELU, layer norm, softmax, linear layer and attention it built before instead of building
+it op by op.
 
 A composite (`erf`, `gelu`, `layernorm`, `softmax`, ...) is a pure function of its tensors' graphs and its other
 arguments: the same input nodes give the same result node (nodes are hash-consed). Building it is not cheap: an

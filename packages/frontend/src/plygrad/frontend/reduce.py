@@ -167,6 +167,7 @@ def _rows_per_block(n: int) -> int:
     return rows
 
 
+@composite()
 def sum(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
     """The sum over `axis` (all axes when None; `()` reduces nothing, like NumPy). Bool and narrow integers
     accumulate per sum_acc_dtype; `dtype` casts the input first and is then the result's dtype (PyTorch)."""
@@ -208,6 +209,7 @@ def _nonempty_reduce(x: Tensor, axis: Axis, name: str) -> None:
                          "(it has no identity); reduce over non-empty axes")
 
 
+@composite()
 def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """The average; integer inputs give the default float (NaN over zero elements, like NumPy)."""
     axes = x._axes(axis, "mean")
