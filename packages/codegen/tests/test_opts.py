@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cg_kernels import (
+    blocked_partials,
     broadcast_strided,
     elementwise_add,
     matmul,
@@ -107,6 +108,52 @@ def test_heuristic_choices() -> None:
     assert choose_opts(matmul(64, 64, 64), GPU) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4),
                                                    Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.LOCAL, 0, 16)]
     assert choose_opts(elementwise_add(dtypes.float32, 6), CPU4) == []
+
+
+def test_rows_of_a_long_sum_that_share_no_load_are_not_tiled_once_they_stream_past_the_l2s() -> None:
+    """A blocked sum's partials: 4 rows a block apart share no load, so past the threads' L2s (2 x 1 MiB here)
+    they are left as one stream each; within them, and where the cache sizes are unknown, they keep 4 chains.
+    A matmul's rows share the column loads and keep their tile at any size."""
+    host = Target("CPU", "c", threads=2, vector_widths=((dtypes.float32, (4, 8, 16)),),
+                  cache_sizes=(32 << 10, 1 << 20, 32 << 20))
+    unknown = Target("CPU", "c", threads=2, vector_widths=((dtypes.float32, (4, 8, 16)),))
+    big, small = blocked_partials(1024, 1024, 16), blocked_partials(64, 256, 16)  # 64 MiB, 1 MiB
+    assert Opt(OptOps.UPCAST, 1, 16) in choose_opts(big, host)
+    assert Opt(OptOps.UPCAST, 0, 4) not in choose_opts(big, host)
+    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(small, host)
+    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(big, unknown)
+    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(matmul(2048, 2048, 2048), host)
+    rng = np.random.default_rng(0)
+    for kernel, blocks, rows in ((big, 1024, 1024), (small, 64, 256)):
+        a = rng.standard_normal(blocks * rows * 16).astype(np.float32)
+        out = np.zeros(blocks * 16, np.float32)
+        run_program(lower_uop(kernel, host), [out, a], openmp=True)
+        want = np.zeros((blocks, 16), np.float32)
+        for r in range(rows):  # in the kernel's order: row after row, one float32 rounding per add
+            want += a.reshape(blocks, rows, 16)[:, r]
+        np.testing.assert_array_equal(out, want.reshape(-1))
+
+
+def test_softmax_rows_past_l1_and_half_the_l3_are_not_tiled() -> None:
+    """A softmax's rows (every reduce as vector lanes, no scalar chain to hide) are not taken 4 at a time where 4
+    rows overflow L1 and all rows half the last cache level: 2048 x 4096 floats on a 32 KiB L1 / 32 MiB L3 host.
+    1024 x 4096 (16 MiB) and 16384 x 256 (1 KiB rows) keep 4 rows. One row or four, the values are the same."""
+    host = Target("CPU", "c", threads=2, vector_widths=((dtypes.float32, (4, 8, 16)),),
+                  cache_sizes=(32 << 10, 1 << 20, 32 << 20))
+    big = softmax_like(2048, 4096)
+    chosen = choose_opts(big, host)
+    assert Opt(OptOps.UNROLL, 1, 16) in chosen and Opt(OptOps.UPCAST, 0, 4) not in chosen, chosen
+    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(softmax_like(1024, 4096), host)
+    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(softmax_like(16384, 256), host)
+    a = np.random.default_rng(1).standard_normal(2048 * 4096).astype(np.float32)
+    got, four_rows = np.zeros_like(a), np.zeros_like(a)
+    run_program(lower_uop(big, host), [got, a], openmp=True)
+    tiled = [*chosen[:-1], Opt(OptOps.UPCAST, 0, 4), chosen[-1]]
+    run_program(lower_uop(big, host, tiled), [four_rows, a], openmp=True)
+    np.testing.assert_array_equal(got, four_rows)
+    rows = a.reshape(2048, 4096).astype(np.float64)
+    want = np.exp2(rows - rows.max(1, keepdims=True))
+    np.testing.assert_allclose(got.reshape(2048, 4096), want / want.sum(1, keepdims=True), rtol=1e-5, atol=1e-9)
 
 
 @given(n=st.integers(1, 70), upcast=st.sampled_from([2, 3, 4, 8]))

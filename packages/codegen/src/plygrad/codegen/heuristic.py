@@ -15,7 +15,11 @@ Rules of thumb, cheapest first, each justified by what the C compiler does with 
   the width is this UPCAST's amount, so a search expresses it the same way.
 - Register blocking, for matmul-shaped kernels (a reduction, two output axes, the inner one vectorized): UPCAST
   the next output axis by 4 too, so a 4 x width tile of vector accumulators reuses every vector load 4 times and
-  every broadcast scalar `width` times, with 4 independent accumulation chains.
+  every broadcast scalar `width` times, with 4 independent accumulation chains. Not where no load is shared by the
+  rows and the kernel streams more than its threads' L2s hold (a long sum's blocked partials): there the rows are
+  only four memory streams, and one chain per row keeps up with L3 and memory (`_streams_past_l2`). Nor where
+  every reduce runs as vector lanes and 4 rows would overflow L1 and all rows half the L3 (a softmax of 4096 x
+  4096 reads its row three times: from L1 with one row, not with four: `_lane_rows_past_l1`).
 - Otherwise UPCAST the innermost output axis by 4 when 4 divides it and it has at least 8 iterations: four stores
   per iteration, and in a reduction four accumulators that reuse each loaded value. In a reduction, by 7, 5 or 3
   when 4 does not divide it: each accumulator is a chain of dependent adds, and several chains hide their latency
@@ -129,7 +133,9 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
     if width:
         opts.append(Opt(OptOps.UPCAST, outputs[-1], width))
         sized[outputs[-1]] //= width  # the outer part keeps the axis id
-        if reduces and len(outputs) >= 2 and sized[outputs[-2]] % BLOCK_ROWS == 0 and sized[outputs[-2]] > 0:
+        if reduces and len(outputs) >= 2 and sized[outputs[-2]] % BLOCK_ROWS == 0 and sized[outputs[-2]] > 0 \
+                and not _streams_past_l2(kernel, ranges[outputs[-2]], work, target) \
+                and not _lane_rows_past_l1(kernel, ranges[outputs[-2]], set(reduces) <= set(lanes), target):
             opts.append(Opt(OptOps.UPCAST, outputs[-2], BLOCK_ROWS))
             sized[outputs[-2]] //= BLOCK_ROWS
     elif outputs and (amount := _upcast_amount(sized[outputs[-1]], bool(reduces))) \
@@ -221,6 +227,54 @@ def vector_width(kernel: UOp, axis: UOp, target: Target) -> int:
     widths = target.vector_widths_for(dtypes_stored.pop())
     # as the scalar UPCAST: an axis of fewer than 8 elements is not worth unrolling (a width 2 on 6 elements)
     return max((w for w in widths if size % w == 0 and size >= max(w, 2 * UPCAST_AMOUNT)), default=0)
+
+
+def _streams_past_l2(kernel: UOp, row: UOp, work: int, target: Target) -> bool:
+    """Whether BLOCK_ROWS rows of a vectorized reduction would only be separate memory streams: every load of the
+    kernel depends on every loop of it (each element is read once: no load is shared by the rows, so the tile
+    saves none, and none is read again from L1 by a later pass over the row), and the kernel streams more bytes
+    than the L2s of its threads hold, so its loads come from L3 or memory, where one chain of vector adds per row
+    keeps up and four rows a block apart only make four streams for the prefetchers to follow (a 64 MiB sum's
+    blocked partials: 97 -> 102 GB/s in a C harness on this host; at 1 MiB four rows were 4% faster, so data in
+    the L2s keeps them). Layer norm's variance-and-normalize kernel reads each row twice and keeps its 4 rows
+    (without them: 12.3 -> 7.6 GB/s in ops_bench)."""
+    if len(target.cache_sizes) < 2:
+        return False
+    loops = {n for n in kernel.toposort if n.op is Ops.RANGE}
+    loads = [n for n in kernel.toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX
+             and n.src[0].src[0].op is Ops.PARAM]
+    if row not in loops or not loads or any(not loops <= set(n.src[0].src[1].toposort) for n in loads):
+        return False
+    streamed = work * sum(n.dtype.itemsize for n in loads)
+    return streamed > target.cache_sizes[1] * max(target.threads, 1)
+
+
+def _lane_rows_past_l1(kernel: UOp, row: UOp, all_lanes: bool, target: Target) -> bool:
+    """Whether BLOCK_ROWS rows of a reduction whose every reduce runs as vector lanes (`all_lanes`: no scalar
+    chain whose latency other rows would hide) would read more than L1 holds: every load depends on output axis
+    `row`, BLOCK_ROWS times the bytes one row reads through its largest load exceed L1, and all rows together
+    exceed half the last cache level (so the passes over a row cannot be served from it either). A softmax reads
+    its row three times (max, exponentials' sum, the quotients); one 16 KiB row of 4096 floats is read again from
+    L1, four are not: softmax of 4096 x 4096 (or 1024 x 16384, or 2048 x 4096) 7.0 -> 9.4 GB/s with one row, on
+    this 2-core host (32 KiB L1, 32 MiB L3). Data within the L3 (128 x 16384, 256 x 4096) was up to 12% faster
+    with four rows, so it keeps them."""
+    if not all_lanes or not target.cache_sizes:
+        return False
+    loads = [n for n in kernel.toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX
+             and n.src[0].src[0].op is Ops.PARAM]
+    if not loads or any(row not in n.src[0].src[1].toposort for n in loads):
+        return False
+    row_bytes = 0
+    for load in loads:
+        elements = 1
+        for r in load.src[0].src[1].toposort:
+            if r.op is Ops.RANGE and r is not row:
+                if r.src[0].op is not Ops.CONST:
+                    return False
+                elements *= int(r.src[0].arg)
+        row_bytes = max(row_bytes, elements * load.dtype.itemsize)
+    rows = int(row.src[0].arg) if row.src[0].op is Ops.CONST else 0
+    return BLOCK_ROWS * row_bytes > target.cache_sizes[0] and rows * row_bytes * 2 > target.cache_sizes[-1]
 
 
 def _largest_power_of_two(size: int, limit: int) -> int:
