@@ -150,15 +150,6 @@ def full_sum(n: int) -> UOp:
     return sink(store(out, UOp.const(IDX, 0), UOp(Ops.REDUCE, dtypes.float32, (load(a, j), j), Ops.ADD)))
 
 
-def blocked_partials(blocks: int, rows: int, lanes: int) -> UOp:
-    """out[b, l] = sum_r a[b, r, l]: the first level of the frontend's blocked float sum (LANES strided partials
-    per block of `rows` x `lanes` elements)."""
-    out, a = param(0, dtypes.float32, blocks * lanes), param(1, dtypes.float32, blocks * rows * lanes)
-    b, lane, r = loop(blocks, 0), loop(lanes, 1), red(rows, 2)
-    total = UOp(Ops.REDUCE, dtypes.float32, (load(a, (b * rows + r) * lanes + lane), r), Ops.ADD)
-    return sink(UOp(Ops.END, dtypes.void, (store(out, b * lanes + lane, total), b, lane)))
-
-
 def no_loops() -> UOp:
     """out[0] = a[1] * 3: a kernel without any RANGE."""
     out, a = param(0, dtypes.int32, 1), param(1, dtypes.int32, 2)

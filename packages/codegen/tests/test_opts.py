@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cg_kernels import (
-    blocked_partials,
     broadcast_strided,
     elementwise_add,
     matmul,
@@ -108,30 +107,6 @@ def test_heuristic_choices() -> None:
     assert choose_opts(matmul(64, 64, 64), GPU) == [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 4),
                                                    Opt(OptOps.LOCAL, 1, 16), Opt(OptOps.LOCAL, 0, 16)]
     assert choose_opts(elementwise_add(dtypes.float32, 6), CPU4) == []
-
-
-def test_rows_of_a_long_sum_that_share_no_load_are_not_tiled_once_they_stream_past_the_l2s() -> None:
-    """A blocked sum's partials: 4 rows a block apart share no load, so past the threads' L2s (2 x 1 MiB here)
-    they are left as one stream each; within them, and where the cache sizes are unknown, they keep 4 chains.
-    A matmul's rows share the column loads and keep their tile at any size."""
-    host = Target("CPU", "c", threads=2, vector_widths=((dtypes.float32, (4, 8, 16)),),
-                  cache_sizes=(32 << 10, 1 << 20, 32 << 20))
-    unknown = Target("CPU", "c", threads=2, vector_widths=((dtypes.float32, (4, 8, 16)),))
-    big, small = blocked_partials(1024, 1024, 16), blocked_partials(64, 256, 16)  # 64 MiB, 1 MiB
-    assert Opt(OptOps.UPCAST, 1, 16) in choose_opts(big, host)
-    assert Opt(OptOps.UPCAST, 0, 4) not in choose_opts(big, host)
-    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(small, host)
-    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(big, unknown)
-    assert Opt(OptOps.UPCAST, 0, 4) in choose_opts(matmul(2048, 2048, 2048), host)
-    rng = np.random.default_rng(0)
-    for kernel, blocks, rows in ((big, 1024, 1024), (small, 64, 256)):
-        a = rng.standard_normal(blocks * rows * 16).astype(np.float32)
-        out = np.zeros(blocks * 16, np.float32)
-        run_program(lower_uop(kernel, host), [out, a], openmp=True)
-        want = np.zeros((blocks, 16), np.float32)
-        for r in range(rows):  # in the kernel's order: row after row, one float32 rounding per add
-            want += a.reshape(blocks, rows, 16)[:, r]
-        np.testing.assert_array_equal(out, want.reshape(-1))
 
 
 def test_softmax_rows_past_l1_and_half_the_l3_are_not_tiled() -> None:

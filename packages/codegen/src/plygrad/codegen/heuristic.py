@@ -16,10 +16,10 @@ Rules of thumb, cheapest first, each justified by what the C compiler does with 
 - Register blocking, for matmul-shaped kernels (a reduction, two output axes, the inner one vectorized): UPCAST
   the next output axis by 4 too, so a 4 x width tile of vector accumulators reuses every vector load 4 times and
   every broadcast scalar `width` times, with 4 independent accumulation chains. Not where no load is shared by the
-  rows and the kernel streams more than its threads' L2s hold (a long sum's blocked partials): there the rows are
-  only four memory streams, and one chain per row keeps up with L3 and memory (`_streams_past_l2`). Nor where
-  every reduce runs as vector lanes and 4 rows would overflow L1 and all rows half the L3 (a softmax of 4096 x
-  4096 reads its row three times: from L1 with one row, not with four: `_lane_rows_past_l1`).
+  rows, every reduce runs as vector lanes and 4 rows would overflow L1 and all rows half the L3 (a softmax of
+  4096 x 4096 reads its row three times: from L1 with one row, not with four: `_lane_rows_past_l1`). A long
+  sum's blocked partials keep their 4 rows (4 memory streams per thread): one row each was 5% faster in a C
+  harness while memory was fast, and 6% slower in place while it was slow.
 - Otherwise UPCAST the innermost output axis by 4 when 4 divides it and it has at least 8 iterations: four stores
   per iteration, and in a reduction four accumulators that reuse each loaded value. In a reduction, by 7, 5 or 3
   when 4 does not divide it: each accumulator is a chain of dependent adds, and several chains hide their latency
@@ -134,7 +134,6 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
         opts.append(Opt(OptOps.UPCAST, outputs[-1], width))
         sized[outputs[-1]] //= width  # the outer part keeps the axis id
         if reduces and len(outputs) >= 2 and sized[outputs[-2]] % BLOCK_ROWS == 0 and sized[outputs[-2]] > 0 \
-                and not _streams_past_l2(kernel, ranges[outputs[-2]], work, target) \
                 and not _lane_rows_past_l1(kernel, ranges[outputs[-2]], set(reduces) <= set(lanes), target):
             opts.append(Opt(OptOps.UPCAST, outputs[-2], BLOCK_ROWS))
             sized[outputs[-2]] //= BLOCK_ROWS
@@ -227,26 +226,6 @@ def vector_width(kernel: UOp, axis: UOp, target: Target) -> int:
     widths = target.vector_widths_for(dtypes_stored.pop())
     # as the scalar UPCAST: an axis of fewer than 8 elements is not worth unrolling (a width 2 on 6 elements)
     return max((w for w in widths if size % w == 0 and size >= max(w, 2 * UPCAST_AMOUNT)), default=0)
-
-
-def _streams_past_l2(kernel: UOp, row: UOp, work: int, target: Target) -> bool:
-    """Whether BLOCK_ROWS rows of a vectorized reduction would only be separate memory streams: every load of the
-    kernel depends on every loop of it (each element is read once: no load is shared by the rows, so the tile
-    saves none, and none is read again from L1 by a later pass over the row), and the kernel streams more bytes
-    than the L2s of its threads hold, so its loads come from L3 or memory, where one chain of vector adds per row
-    keeps up and four rows a block apart only make four streams for the prefetchers to follow (a 64 MiB sum's
-    blocked partials: 97 -> 102 GB/s in a C harness on this host; at 1 MiB four rows were 4% faster, so data in
-    the L2s keeps them). Layer norm's variance-and-normalize kernel reads each row twice and keeps its 4 rows
-    (without them: 12.3 -> 7.6 GB/s in ops_bench)."""
-    if len(target.cache_sizes) < 2:
-        return False
-    loops = {n for n in kernel.toposort if n.op is Ops.RANGE}
-    loads = [n for n in kernel.toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX
-             and n.src[0].src[0].op is Ops.PARAM]
-    if row not in loops or not loads or any(not loops <= set(n.src[0].src[1].toposort) for n in loads):
-        return False
-    streamed = work * sum(n.dtype.itemsize for n in loads)
-    return streamed > target.cache_sizes[1] * max(target.threads, 1)
 
 
 def _lane_rows_past_l1(kernel: UOp, row: UOp, all_lanes: bool, target: Target) -> bool:
