@@ -16,6 +16,7 @@ from cg_kernels import (
     max_of_dots,
     param,
     red,
+    reduce_rows,
     sink,
     store,
     window_grads,
@@ -116,6 +117,26 @@ def test_a_linear_layers_weight_is_transposed_in_registers_exactly(m: int, k: in
     kernel = sink(UOp(Ops.END, dtypes.void, (store(out, i * n + j, total), i, j)), name="linear")
     source = assert_heuristic_is_exact(kernel)
     assert "plygrad_transpose_float16(" in source
+
+
+@pytest.mark.parametrize(("m", "n", "width"), [(64, 4096, 16), (32, 384, 16), (8, 48, 8)])
+def test_a_sum_over_rows_reads_its_gathered_lanes_as_transposed_blocks(m: int, n: int, width: int) -> None:
+    """A sum over the last axis (layer norm's mean) with the rows as vector lanes: the reduce is UNROLLed by the
+    width, so its copies read W x W blocks as W row loads and a register transpose instead of W*W scalar loads
+    (layer norm's mean of 4096 x 4096: 5.3 -> 2.0 ms); bit for bit the plain loop, and each row's sum is its
+    elements added in order."""
+    kernel = reduce_rows(Ops.ADD, F32, m, n)
+    opts = choose_opts(kernel, XEON)
+    assert Opt(OptOps.UNROLL, 1, width) in opts and Opt(U, 0, width) in opts, opts
+    source = assert_heuristic_is_exact(kernel)
+    assert f"plygrad_transpose_float{width}(" in source
+    a = np.random.default_rng(m).standard_normal((m, n)).astype(np.float32)
+    out = np.zeros(m, np.float32)
+    run_program(lower_uop(kernel, XEON), [out, a], flags=native_flags())
+    want = np.zeros(m, np.float32)
+    for column in a.T:  # in order, one float32 rounding per add
+        want += column
+    np.testing.assert_array_equal(out, want)
 
 
 def test_a_gathered_batched_product_threads_its_batch_not_its_panels() -> None:
