@@ -1,7 +1,7 @@
 """Tensor-op benchmarks: plygrad (frontend -> scheduler -> codegen -> CPU backend) beside NumPy, PyTorch (CPU)
 and tinygrad (CPU device), all measured in the same run on the same machine.
 
-Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE] [--beam N]
+Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE] [--beam N] [--interleave]
 
 Figures are medians of N timed runs after warm-up runs (at least WARMUP_RUNS, and at least WARMUP_S seconds of
 them): the first compiles plygrad's and tinygrad's kernels, and the program caches serve the rest; the others let
@@ -20,8 +20,10 @@ The cases the CPU work (issue #9) tracks: matmul 1024/2048, a transformer's line
 writes every figure as a list of `{"case", "unit", "lib", "median"}` (median: the figure in that unit, null where
 the library has no such case or failed) so runs of different commits can be compared by a script. `--beam N`
 runs plygrad's kernels with BEAM=N (each kernel searched once per machine, a minute at most by default, then read
-from the program cache; the warm-up call pays for the search), NumPy, PyTorch and tinygrad as they are. No timing is
-asserted: this prints a table to read and compare.
+from the program cache; the warm-up call pays for the search), NumPy, PyTorch and tinygrad as they are.
+`--interleave` has the libraries take turns call by call within a case (every library's calls meet the same spells
+of a machine whose memory bandwidth doubles and halves every few seconds; the 64 MB sum is the case that needs it).
+No timing is asserted: this prints a table to read and compare.
 """
 
 from __future__ import annotations
@@ -88,12 +90,16 @@ WARMUP_RUNS = 5
 WARMUP_S = 0.5
 
 
-def median_seconds(fn: Runner, runs: int) -> float:
+def warm_up(fn: Runner) -> None:
     start = time.perf_counter()
     done = 0
     while done < WARMUP_RUNS or time.perf_counter() - start < WARMUP_S:  # compiles, fills caches, settles
         fn()
         done += 1
+
+
+def median_seconds(fn: Runner, runs: int) -> float:
+    warm_up(fn)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -253,6 +259,46 @@ def measure(cases: list[str], arrays: Arrays, runs: int,
     return results, notes
 
 
+def measure_interleaved(cases: list[str], arrays: Arrays, runs: int,
+                        beam: int = 0) -> tuple[dict[str, dict[str, float | None]], list[str]]:
+    """As `measure`, but the libraries take turns call by call: each library warms up on a case, then every timed
+    round runs each library's call once. A machine whose memory bandwidth changes by 2x every few seconds (the
+    virtual machines here) then slows every library's calls alike, where turns case by case let one library's
+    whole figure land in a fast spell and the next one's in a slow one."""
+    results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
+    notes = [note for note in (ensure_clang(),) if note]
+    runners: dict[str, dict[str, Runner]] = {}
+    for lib, make in LIBRARIES.items():
+        try:
+            runners[lib] = make(arrays)
+        except Exception as exc:
+            notes.append(f"{lib}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+    for case in cases:
+        n = max(1, runs if not case.startswith("matmul2048") else min(runs, 3))
+        n = n * 20 if case == "eager" else n
+        taking = {}
+        for lib, lib_runners in runners.items():
+            if case not in lib_runners:
+                continue
+            try:
+                with plygrad_beam(beam if lib == "plygrad" else 0):
+                    warm_up(lib_runners[case])
+                taking[lib] = lib_runners[case]
+            except Exception as exc:
+                notes.append(f"{lib} {case}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+        times: dict[str, list[float]] = {lib: [] for lib in taking}
+        for _ in range(n):
+            for lib, fn in taking.items():
+                with plygrad_beam(beam if lib == "plygrad" else 0):
+                    start = time.perf_counter()
+                    fn()
+                    times[lib].append(time.perf_counter() - start)
+        for lib, seconds in times.items():
+            results[lib][case] = figure(case, statistics.median(seconds))
+            print(f"  {lib:9s} {case:12s} {results[lib][case]:.2f}", file=sys.stderr, flush=True)
+    return results, notes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="timed runs per figure (median)")
@@ -262,20 +308,23 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=0, metavar="N",
                         help="plygrad's kernels with BEAM=N (searched once per machine, then read from the cache); "
                              "the other libraries as they are")
+    parser.add_argument("--interleave", action="store_true",
+                        help="libraries take turns call by call, not case by case (measure_interleaved)")
     args = parser.parse_args()
     sizes = MATMUL_SIZES[:-1] if args.quick else MATMUL_SIZES
     cases = [c for c in WORK if not c.startswith("matmul") or int(c[6:]) in sizes]
     if args.only:
         cases = [c for c in cases if c in args.only]
     arrays = make_arrays(tuple(int(c[6:]) for c in cases if c.startswith("matmul")))
-    results, notes = measure(cases, arrays, args.runs, args.beam)
+    results, notes = (measure_interleaved if args.interleave else measure)(cases, arrays, args.runs, args.beam)
 
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
           f"{platform.system()} {platform.release()}, Python {platform.python_version()}, NumPy {np.__version__}")
     print(f"medians of {args.runs} runs after >= {WARMUP_RUNS} warm-up runs and >= {WARMUP_S} s of them "
           f"(eager: {args.runs * 20} runs); higher is better except us"
-          + (f"; plygrad with BEAM={args.beam}" if args.beam > 0 else ""))
+          + (f"; plygrad with BEAM={args.beam}" if args.beam > 0 else "")
+          + ("; libraries interleaved call by call" if args.interleave else ""))
     print()
     print(f"| {'op':44s} | {'unit':7s} | " + " | ".join(f"{lib:>10s}" for lib in LIBRARIES) + " |")
     print("|" + "-" * 46 + "|" + "-" * 9 + "|" + "|".join("-" * 12 for _ in LIBRARIES) + "|")
