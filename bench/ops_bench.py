@@ -23,6 +23,9 @@ runs plygrad's kernels with BEAM=N (each kernel searched once per machine, a min
 from the program cache; the warm-up call pays for the search), NumPy, PyTorch and tinygrad as they are.
 `--interleave` has the libraries take turns call by call within a case (every library's calls meet the same spells
 of a machine whose memory bandwidth doubles and halves every few seconds; the 64 MB sum is the case that needs it).
+It suits single-pass memory-bound cases: the previous library's worker threads (OpenBLAS after NumPy's matmul)
+still spin when the next call starts, and every call meets caches the others evicted (torch's matmul 1024 read
+76-82 GFLOP/s interleaved, ~190 in turns; x+1 25-73 us).
 No timing is asserted: this prints a table to read and compare.
 """
 

@@ -4,11 +4,12 @@ PLYGRAD_CPU_BUFFER_CACHE, the arrays freed longest ago evicted first, small arra
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import cffi
 import pytest
 
-from plygrad.backends.cpu.allocator import ALIGN_FROM, ALIGNMENT, CACHE_FROM, CFFIAllocator
+from plygrad.backends.cpu.allocator import ALIGN_FROM, ALIGNMENT, CACHE_FROM, HUGE_FROM, HUGE_PAGE, CFFIAllocator
 
 
 def _address(ffi: cffi.FFI, handle: object) -> int:
@@ -97,3 +98,39 @@ def test_threads_allocating_at_once_get_distinct_arrays() -> None:
         w.join()
     addresses = [int(ffi.cast("uintptr_t", h)) for handles in kept for h in handles]
     assert len(addresses) == 800 and len(set(addresses)) == 800
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The VmFlags of the mapping of this process that holds `address` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0] if line else ""
+        if "-" in head and ":" not in head:
+            low, high = (int(part, 16) for part in head.split("-"))
+            inside = low <= address < high
+        elif inside and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    return []
+
+
+@pytest.mark.skipif(not Path("/sys/kernel/mm/transparent_hugepage").exists() or not Path("/proc/self/smaps").exists(),
+                    reason="no transparent huge pages (Linux's) here")
+def test_a_large_array_starts_on_a_huge_page_and_asks_for_huge_pages() -> None:
+    """From HUGE_FROM bytes on an array starts on a 2 MiB boundary and its whole huge pages are madvise()d for
+    transparent huge pages (smaps flag `hg`) before it is zero-filled; whether Linux then finds free huge pages is
+    its business (small pages are still correct). Smaller arrays keep the cache-line alignment and no advice."""
+    ffi = cffi.FFI()
+    allocator = CFFIAllocator(ffi)
+    nbytes = HUGE_FROM * 4 + 12
+    handle = allocator.alloc(nbytes)
+    small = allocator.alloc(HUGE_FROM - 64)
+    try:
+        address = int(ffi.cast("uintptr_t", handle))
+        assert address % HUGE_PAGE == 0 and ffi.sizeof(handle) == nbytes
+        assert bytes(ffi.buffer(handle)) == bytes(nbytes)
+        assert "hg" in _vm_flags(address) and "hg" in _vm_flags(address + HUGE_FROM * 4 - 1)
+        small_address = int(ffi.cast("uintptr_t", small))
+        assert small_address % ALIGNMENT == 0 and "hg" not in _vm_flags(small_address)
+    finally:
+        allocator.free(small)
+        allocator.free(handle)
