@@ -233,11 +233,8 @@ def plygrad_beam(width: int) -> Iterator[None]:
             os.environ["BEAM"] = before
 
 
-def measure(cases: list[str], arrays: Arrays, runs: int,
-            beam: int = 0) -> tuple[dict[str, dict[str, float | None]], list[str]]:
-    """Every library's figure for every case (None: the library has no such case or it failed), case by case.
-    `beam`: plygrad's BEAM width, set only while plygrad runs (tinygrad reads its own BEAM once, at import)."""
-    results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
+def make_runners(arrays: Arrays) -> tuple[dict[str, dict[str, Runner]], list[str]]:
+    """Each library's cases over `arrays`, and notes on the libraries that cannot run here."""
     notes = [note for note in (ensure_clang(),) if note]
     runners: dict[str, dict[str, Runner]] = {}
     for lib, make in LIBRARIES.items():
@@ -245,6 +242,15 @@ def measure(cases: list[str], arrays: Arrays, runs: int,
             runners[lib] = make(arrays)
         except Exception as exc:  # a library that cannot run here (e.g. tinygrad's CPU device needs clang)
             notes.append(f"{lib}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+    return runners, notes
+
+
+def measure(cases: list[str], arrays: Arrays, runs: int,
+            beam: int = 0) -> tuple[dict[str, dict[str, float | None]], list[str]]:
+    """Every library's figure for every case (None: the library has no such case or it failed), case by case.
+    `beam`: plygrad's BEAM width, set only while plygrad runs (tinygrad reads its own BEAM once, at import)."""
+    results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
+    runners, notes = make_runners(arrays)
     for case in cases:
         for lib, lib_runners in runners.items():
             if case not in lib_runners:
@@ -269,13 +275,7 @@ def measure_interleaved(cases: list[str], arrays: Arrays, runs: int,
     virtual machines here) then slows every library's calls alike, where turns case by case let one library's
     whole figure land in a fast spell and the next one's in a slow one."""
     results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
-    notes = [note for note in (ensure_clang(),) if note]
-    runners: dict[str, dict[str, Runner]] = {}
-    for lib, make in LIBRARIES.items():
-        try:
-            runners[lib] = make(arrays)
-        except Exception as exc:
-            notes.append(f"{lib}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+    runners, notes = make_runners(arrays)
     for case in cases:
         n = max(1, runs if not case.startswith("matmul2048") else min(runs, 3))
         n = n * 20 if case == "eager" else n
