@@ -233,6 +233,17 @@ def plygrad_beam(width: int) -> Iterator[None]:
             os.environ["BEAM"] = before
 
 
+def timed_runs(case: str, runs: int) -> int:
+    """Timed runs of `case`: matmul 2048 at most 3 (seconds each in tinygrad), the eager op 20x (microseconds)."""
+    n = max(1, runs if not case.startswith("matmul2048") else min(runs, 3))
+    return n * 20 if case == "eager" else n
+
+
+def failure(exc: Exception) -> str:
+    """A table note for a library or case that failed: n/a and the error's first line."""
+    return f"n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})"
+
+
 def make_runners(arrays: Arrays) -> tuple[dict[str, dict[str, Runner]], list[str]]:
     """Each library's cases over `arrays`, and notes on the libraries that cannot run here."""
     notes = [note for note in (ensure_clang(),) if note]
@@ -241,7 +252,7 @@ def make_runners(arrays: Arrays) -> tuple[dict[str, dict[str, Runner]], list[str
         try:
             runners[lib] = make(arrays)
         except Exception as exc:  # a library that cannot run here (e.g. tinygrad's CPU device needs clang)
-            notes.append(f"{lib}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+            notes.append(f"{lib}: {failure(exc)}")
     return runners, notes
 
 
@@ -256,13 +267,12 @@ def measure(cases: list[str], arrays: Arrays, runs: int,
             if case not in lib_runners:
                 continue
             time.sleep(SETTLE_S)
-            n = max(1, runs if not case.startswith("matmul2048") else min(runs, 3))
-            n = n * 20 if case == "eager" else n
+            n = timed_runs(case, runs)
             try:
                 with plygrad_beam(beam if lib == "plygrad" else 0):
                     results[lib][case] = figure(case, median_seconds(lib_runners[case], n))
             except Exception as exc:
-                notes.append(f"{lib} {case}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+                notes.append(f"{lib} {case}: {failure(exc)}")
                 continue
             print(f"  {lib:9s} {case:12s} {results[lib][case]:.2f}", file=sys.stderr, flush=True)
     return results, notes
@@ -277,8 +287,7 @@ def measure_interleaved(cases: list[str], arrays: Arrays, runs: int,
     results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
     runners, notes = make_runners(arrays)
     for case in cases:
-        n = max(1, runs if not case.startswith("matmul2048") else min(runs, 3))
-        n = n * 20 if case == "eager" else n
+        n = timed_runs(case, runs)
         taking = {}
         for lib, lib_runners in runners.items():
             if case not in lib_runners:
@@ -288,7 +297,7 @@ def measure_interleaved(cases: list[str], arrays: Arrays, runs: int,
                     warm_up(lib_runners[case])
                 taking[lib] = lib_runners[case]
             except Exception as exc:
-                notes.append(f"{lib} {case}: n/a ({f'{type(exc).__name__}: {exc}'.splitlines()[0][:200]})")
+                notes.append(f"{lib} {case}: {failure(exc)}")
         times: dict[str, list[float]] = {lib: [] for lib in taking}
         for _ in range(n):
             for lib, fn in taking.items():

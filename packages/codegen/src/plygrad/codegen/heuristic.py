@@ -112,14 +112,16 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
     for size in sized.values():
         work *= max(size, 1)
     scalar = scalar_ops(kernel)
+    width = vector_width(kernel, ranges[outputs[-1]], target) if outputs else 0
     if reduces and outputs:  # matmul-shaped: register tiles, cache blocks, threads over panels (tiles.py)
-        width = vector_width(kernel, ranges[outputs[-1]], target)
         tiled = None
         if width * scalar <= SCALAR_COPIES_MAX:  # no width: register_tile may still find a channel axis
             tiled = register_tile(kernel, target, width, scalar_ops=scalar, copies_max=SCALAR_COPIES_MAX,
                                   thread_min_work=THREAD_MIN_WORK)
         if tiled is not None:
             return tiled
+    if width * scalar > SCALAR_COPIES_MAX:
+        width = 0
     opts: list[Opt] = []
     lanes = {axis: w for axis in reduces if (w := reduce_lanes(kernel, ranges[axis], target))}
     opts += [Opt(OptOps.UNROLL, axis, w) for axis, w in lanes.items()]
@@ -127,15 +129,11 @@ def choose_opts(kernel: UOp, target: Target) -> list[Opt]:
         axis = reduces[-1]
         if 2 <= sized[axis] <= FULL_UNROLL_MAX:
             opts.append(Opt(OptOps.UNROLL, axis, sized[axis]))
-        elif outputs and (gathered := _gathered_rows(kernel, ranges[axis], ranges[outputs[-1]], target, scalar)) \
-                and sized[axis] % gathered == 0:
-            opts.append(Opt(OptOps.UNROLL, axis, gathered))
+        elif width and _gathered_rows(kernel, ranges[axis], ranges[outputs[-1]]) and sized[axis] % width == 0:
+            opts.append(Opt(OptOps.UNROLL, axis, width))
         elif sized[axis] % UPCAST_AMOUNT == 0 and sized[axis] > 0:
             opts.append(Opt(OptOps.UNROLL, axis, UPCAST_AMOUNT))
     opts += _nested_chains(kernel, sized, {o.axis for o in opts})
-    width = vector_width(kernel, ranges[outputs[-1]], target) if outputs else 0
-    if width * scalar > SCALAR_COPIES_MAX:
-        width = 0
     if width:
         opts.append(Opt(OptOps.UPCAST, outputs[-1], width))
         sized[outputs[-1]] //= width  # the outer part keeps the axis id
@@ -234,16 +232,12 @@ def vector_width(kernel: UOp, axis: UOp, target: Target) -> int:
     return max((w for w in widths if size % w == 0 and size >= max(w, 2 * UPCAST_AMOUNT)), default=0)
 
 
-def _gathered_rows(kernel: UOp, axis: UOp, out_axis: UOp, target: Target, scalar: int) -> int:
-    """The UNROLL of reduce `axis` that lets transpose.py read a row reduction's gathered lanes as W x W blocks: W,
-    the vector width the innermost output axis `out_axis` will get, when every load along `axis` reads it
-    contiguously and some load along `out_axis` is strided (its lanes lie rows apart: a sum over the last axis,
-    layer norm's mean); 0 otherwise."""
-    width = vector_width(kernel, out_axis, target)
-    if not width or width * scalar > SCALAR_COPIES_MAX or not reads_contiguously(kernel, axis):
-        return 0
-    strided = [n for n in _global_loads(kernel, out_axis) if lane_stride(n.src[0].src[1], out_axis) != 1]
-    return width if strided else 0
+def _gathered_rows(kernel: UOp, axis: UOp, out_axis: UOp) -> bool:
+    """Whether UNROLLing reduce `axis` by the vector width of the innermost output axis `out_axis` lets
+    transpose.py read the gathered lanes as W x W blocks: every load along `axis` reads it contiguously, and some
+    load along `out_axis` is strided (its lanes lie rows apart: a sum over the last axis, layer norm's mean)."""
+    return reads_contiguously(kernel, axis) and any(lane_stride(n.src[0].src[1], out_axis) != 1
+                                                    for n in _global_loads(kernel, out_axis))
 
 
 def _lane_rows_past_l1(kernel: UOp, row: UOp, all_lanes: bool, target: Target) -> bool:
