@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -187,3 +189,16 @@ def test_long_float_sums_are_blocked_so_no_accumulator_adds_more_than_a_block(ro
         assert r.dtype is dtypes.float32  # halves accumulate in float32
     assert len(reduces) == (1 if n <= SPLIT_ABOVE else 2 if -(-n // BLOCK) <= SPLIT_ABOVE else 3)
     tensor_stage_ok(out)
+
+
+@given(st.integers(SPLIT_ABOVE + 1, BLOCK * BLOCK))
+def test_a_blocked_sums_finishing_chain_adds_at_most_a_block(n: int) -> None:
+    """Up to BLOCK * BLOCK terms, a float sum's blocks are made long enough (up to BLOCK rows of LANES) that the
+    last reduction, one serial chain, adds at most BLOCK partials: a 4096 x 4096 sum's finishing kernel adds 4096,
+    not 16384."""
+    reduces = [u for u in UOp(Ops.SINK, dtypes.void, (Tensor.empty(n).sum().uop,)).toposort if u.op is Ops.REDUCE]
+    assert len(reduces) == 2  # toposort: the blocks' sums, then the finishing one
+    for r in reduces:
+        src_shape = r.src[0].shape
+        assert src_shape is not None
+        assert math.prod(src_shape[a] for a in r.arg[1]) <= BLOCK

@@ -15,8 +15,9 @@ GPU over its workgroups. A block of a float sum is read as `rows` rows of LANES 
 LANES partials, one per column (each adding `rows` terms): the first kernel then loads whole rows as vectors
 into LANES vector-lane accumulators, walking memory in order, where one partial per block would have made its
 vector lanes of 16 blocks each a row apart (a gather per vector). The partials of all blocks go to the next level.
-`rows` is BLOCK/LANES, or more (up to BLOCK) where that lets the next level be the last (`_rows_per_block`): a sum
-of 4096 x 4096 floats is then two kernels, not three (each a launch and a pass the call pays for).
+`rows` is BLOCK/LANES, or more (up to BLOCK) where that keeps the partials to BLOCK, or else to SPLIT_ABOVE, so the
+next level is the last (`_rows_per_block`): a sum of 4096 x 4096 floats is then two kernels, not three (each a
+launch and a pass the call pays for), and the second a short one.
 Every reduction kernel a scheduler or code generator makes from this graph keeps the property: it is in the graph.
 
 Other long reductions with few outputs (max, integer sums, products over more than SPLIT_ABOVE elements into at
@@ -159,10 +160,12 @@ def _reshaped(node: UOp, shape: tuple[int, ...]) -> UOp:
 
 def _rows_per_block(n: int) -> int:
     """Rows of LANES elements per block at a level of a blocked float sum over `n` elements: BLOCK/LANES, doubled
-    (at most to BLOCK, so no partial adds more than BLOCK terms) while the partials would still be too many for
-    the next level to be the last one."""
+    (at most to BLOCK, so no partial adds more than BLOCK terms) while there would be more than BLOCK partials.
+    The next level, often the last, is then one serial chain of at most BLOCK adds where it can be (a sum of 4096 x
+    4096 floats: 4096 partials of 4096 terms, not 16384 of 1024; its finishing kernel took 17-19 us of a 1.5 ms
+    call on the 2-core dev VM, a dependent add every 4 cycles) and at most SPLIT_ABOVE past that."""
     rows = BLOCK // LANES
-    while rows < BLOCK and -(-n // (rows * LANES)) * LANES > SPLIT_ABOVE:
+    while rows < BLOCK and -(-n // (rows * LANES)) * LANES > BLOCK:
         rows *= 2
     return rows
 
