@@ -36,6 +36,7 @@ from plygrad.ir import (
 from plygrad.ir.scalar import bitcast_value, from_bytes, to_bytes
 from plygrad.runtime import Allocator, Backend, BackendDescriptor, CompileError, Compiler, Program
 from plygrad.runtime.discovery import BACKENDS, CODEGEN, installed
+from plygrad.runtime.plugin import BatchEntry, BatchLaunch
 
 LOWER_CALLS: list[bytes] = []
 
@@ -163,11 +164,35 @@ class InterpretedProgram(Program):
         return time.perf_counter() - start if wait else None
 
 
+class PyBatch(BatchLaunch):
+    """Runs its programs in order, handing each its share of the handles and values (what a backend's one call
+    does natively), and records the call in its backend's `batch_calls`."""
+
+    def __init__(self, backend: PyBackend, entries: Sequence[BatchEntry]) -> None:
+        self.backend = backend
+        self.entries = tuple(entries)
+
+    def __call__(self, handles: Sequence[Any], vals: Sequence[int]) -> None:
+        self.backend.batch_calls.append(len(self.entries))
+        h, v = 0, 0
+        for e in self.entries:
+            e.program(handles[h:h + e.buffers], e.global_size, e.local_size, vals[v:v + e.vals])
+            h, v = h + e.buffers, v + e.vals
+        assert (h, v) == (len(handles), len(vals)), "every handle and value belongs to a program"
+
+
 class PyBackend(Backend):
     def __init__(self, name: str) -> None:
         super().__init__(name, Target(device="PY", renderer="ir-text"), ByteArrayAllocator(), TextCompiler())
         self.synchronized = 0
         self.loaded: list[InterpretedProgram] = []
+        self.batches = False  # whether `batch` gives launchers (most tests launch one program at a time)
+        self.batch_calls: list[int] = []  # the kernel count of every batched launch
+        self.batches_asked: list[int] = []  # the kernel count of every `batch` request
+
+    def batch(self, entries: Sequence[BatchEntry]) -> BatchLaunch | None:
+        self.batches_asked.append(len(entries))
+        return PyBatch(self, entries) if self.batches else None
 
     def load(self, name: str, binary: bytes) -> Program:
         program = InterpretedProgram(name, from_text(binary.decode(), Stage.KERNEL))

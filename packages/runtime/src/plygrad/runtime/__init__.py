@@ -27,7 +27,7 @@ from plygrad.runtime.errors import (
 )
 from plygrad.runtime.lowering import LoadedProgram, prepare_kernel
 from plygrad.runtime.plan import ExecPlan, clear_plans, copy_buffer, load_plan, plans_generation, read_schedule
-from plygrad.runtime.plugin import Allocator, Backend, BackendDescriptor, Compiler, Program
+from plygrad.runtime.plugin import Allocator, Backend, BackendDescriptor, BatchEntry, BatchLaunch, Compiler, Program
 
 __all__ = [
     "PROGRAMS",
@@ -37,6 +37,8 @@ __all__ = [
     "BackendError",
     "BackendRecord",
     "BackendStatus",
+    "BatchEntry",
+    "BatchLaunch",
     "Buffer",
     "BytesLike",
     "CacheStats",

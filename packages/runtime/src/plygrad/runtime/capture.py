@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from plygrad.runtime import config
+from plygrad.runtime.batch import KernelRun, group, launch_run
 from plygrad.runtime.bounds import DeferredBounds
 from plygrad.runtime.buffer import Buffer
 from plygrad.runtime.errors import ScheduleError
@@ -53,6 +54,7 @@ class Capture:
         self.buffers: list[Buffer] = []  # every distinct Buffer the recorded runs used, in first-use order
         self._position: dict[int, int] = {}  # id(Buffer) -> index in `buffers` (Buffers are kept alive there)
         self._steps: list[_Launch | _Copy] = []
+        self._grouped: tuple[_Launch | _Copy | KernelRun, ...] | None = None  # `_steps` batched (batch.py)
 
     def _at(self, buf: Buffer) -> int:
         pos = self._position.get(id(buf))
@@ -68,6 +70,7 @@ class Capture:
         the plan's variables to the recorder's own names (default: the plan's)."""
         positions = [self._at(b) for b in bufs]
         rename = names or {}
+        self._grouped = None
         for step in plan.steps:
             if isinstance(step, CopyStep):
                 self._steps.append(_Copy(positions[step.dst], positions[step.src]))
@@ -93,6 +96,7 @@ class Capture:
                 needed |= touched
         dropped = len(self._steps) - len(kept)
         self._steps = kept
+        self._grouped = None
         return dropped
 
     @property
@@ -119,13 +123,30 @@ class Capture:
             table[pos] = new
         debug = config.DEBUG.get()
         handles = [b.handle for b in table]
-        for step in self._steps:
+        # runs of consecutive kernels go to the backend in one call (batch.py), except where DEBUG times each one
+        steps = self._steps if debug >= 2 else self._grouped or self._group()
+        for step in steps:
+            if isinstance(step, KernelRun):
+                launch_run(step, [handles[i] for i in step.slots], lambda s: _values(s, vals))
+                continue
             if isinstance(step, _Copy):
                 copy_buffer(table[step.dst], table[step.src])
                 continue
-            step_vals: Sequence[int] = step.vals
-            if vals and step.names:
-                step_vals = [vals.get(n, v) for n, v in zip(step.names, step.vals, strict=True)]
+            step_vals = _values(step, vals)
             if step.bounds is not None:
                 step.bounds.check(step_vals)
             launch(step.device, step.loaded, [handles[i] for i in step.positions], step_vals, debug)
+
+    def _group(self) -> tuple[_Launch | _Copy | KernelRun, ...]:
+        """The steps with every run of consecutive kernels the backend batches as one KernelRun, found once per
+        recording (record and prune start again)."""
+        grouped = group(self._steps, lambda s: s.positions, lambda s: isinstance(s, _Launch))
+        self._grouped = grouped
+        return grouped
+
+
+def _values(step: _Launch, vals: Mapping[str, int] | None) -> Sequence[int]:
+    """The variable values `step` launches with: `vals[name]` where given, else the recorded value."""
+    if vals and step.names:
+        return [vals.get(n, v) for n, v in zip(step.names, step.vals, strict=True)]
+    return step.vals

@@ -33,6 +33,14 @@ class GlobalCounters:
             cls.time_sum_s += seconds
 
 
+    @classmethod
+    def record_many(cls, count: int, ops: int, mem: int) -> None:
+        """`count` launches whose ops and mem add up to `ops` and `mem`, none of them timed (a batch)."""
+        cls.kernel_count += count
+        cls.global_ops += ops
+        cls.global_mem += mem
+
+
 def kernel_line(device: str, info: ProgramInfo, seconds: float | None) -> str:
     """The DEBUG>=2 line of one launch: device, kernel number, name, time, GFLOP/s and GB/s."""
     if seconds is None:

@@ -40,6 +40,7 @@ from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
 from plygrad.ir.verify import verify
 from plygrad.runtime import config, discovery, plugin_output
+from plygrad.runtime.batch import KernelRun, group, launch_run
 from plygrad.runtime.bounds import DeferredBounds, check_kernel_bounds, size_variables
 from plygrad.runtime.buffer import Buffer, lookup_buffer
 from plygrad.runtime.counters import GlobalCounters, kernel_line, opts_line
@@ -109,6 +110,7 @@ class ExecPlan:
         self._checked: set[tuple[tuple[object, tuple[int, ...] | None], ...]] = set()  # check_outputs' passed roots
         # slot -> the small fresh Buffer the last run got for it, taken again once nothing else holds it (`bind`)
         self._spare: dict[int, Buffer] = {}
+        self._grouped: tuple[Step | KernelRun, ...] | None = None  # the steps with batched runs (`execute`)
 
     @staticmethod
     def build(linear: UOp, producer: str | None = None) -> ExecPlan:
@@ -206,8 +208,12 @@ class ExecPlan:
         values than the schedule's BINDs, by name (a caller that scheduled a graph once for many values)."""
         debug = config.DEBUG.get()
         start = time.perf_counter() if debug >= 1 else 0.0
-        for step in self.steps:
-            if isinstance(step, CopyStep):
+        # runs of consecutive kernels go to the backend in one call (batch.py), except where DEBUG times each one
+        steps = self.steps if debug >= 2 else self._grouped or self._group()
+        for step in steps:
+            if isinstance(step, KernelRun):
+                launch_run(step, [bufs[i].handle for i in step.slots], lambda s: step_values(s, vals))
+            elif isinstance(step, CopyStep):
                 copy_buffer(bufs[step.dst], bufs[step.src])
             else:
                 values = step_values(step, vals)
@@ -217,6 +223,12 @@ class ExecPlan:
         if debug >= 1:
             print(f"run_linear: {self.kernel_count} kernels, {len(self.steps) - self.kernel_count} copies in "
                   f"{(time.perf_counter() - start) * 1e3:.2f} ms")
+
+    def _group(self) -> tuple[Step | KernelRun, ...]:
+        """The steps with every run of consecutive kernels the backend batches as one KernelRun, found once."""
+        grouped = group(self.steps, lambda s: s.slots, lambda s: isinstance(s, KernelStep))
+        self._grouped = grouped  # one assignment: a thread that grouped at the same time stored equal runs
+        return grouped
 
     def run(self, buffers: Mapping[int, Buffer] | None = None) -> dict[int, Buffer]:
         """Bind, execute, and return the Buffer realizing each id of `outputs`, keyed by that id."""

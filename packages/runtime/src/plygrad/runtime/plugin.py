@@ -9,7 +9,8 @@ A backend ships two things:
 
 A `Backend` bundles an `Allocator` (device memory with host copies), a `Compiler` (source -> binary, with a
 `cache_key` property so binaries can be cached on disk), `load` (binary -> `Program`), `synchronize`, `close`
-(teardown, optional), and the `Target` that codegen lowers kernels for. docs/backends.md walks through writing one.
+(teardown, optional), `batch` (several launches in one call, optional) and the `Target` that codegen lowers kernels
+for. docs/backends.md walks through writing one.
 """
 
 from __future__ import annotations
@@ -110,6 +111,27 @@ class Program(ABC):
         """
 
 
+@dataclass(frozen=True)
+class BatchEntry:
+    """One kernel of a batch (`Backend.batch`): the program, its launch sizes, and how many buffer handles and
+    variable values it takes."""
+
+    program: Program
+    global_size: tuple[int, int, int]
+    local_size: tuple[int, int, int] | None
+    buffers: int
+    vals: int
+
+
+class BatchLaunch(ABC):
+    """Kernels launched one after another by one call: what `Backend.batch` returns."""
+
+    @abstractmethod
+    def __call__(self, handles: Sequence[Any], vals: Sequence[int]) -> None:
+        """Launch every kernel in order, as `Program.__call__` without `wait` would: kernel i takes the next
+        `buffers` handles of `handles` and the next `vals` values of `vals` (its BatchEntry's counts)."""
+
+
 class Backend(ABC):
     """An opened device: `Device["CPU:1"]` is one of these."""
 
@@ -126,6 +148,14 @@ class Backend(ABC):
     @abstractmethod
     def synchronize(self) -> None:
         """Wait until every launched program and copy has finished."""
+
+    def batch(self, entries: Sequence[BatchEntry]) -> BatchLaunch | None:
+        """A launcher that runs `entries` in order in one call, or None (the default): the runtime then launches
+        each program itself. Plans and captures ask once for every run of two or more consecutive kernels on this
+        device, and launch through it unless DEBUG >= 2 (which times each kernel). What it saves is the runtime's
+        Python per launch (a few microseconds each, more on cold caches); a backend returns None for entries it
+        cannot run that way."""
+        return None
 
     def close(self) -> None:
         """Release what the backend holds beyond device memory (temp folders, compiler handles, worker pools).

@@ -21,12 +21,13 @@ from typing import Any, Final
 import cffi
 
 from plygrad.backends.cpu.allocator import CFFIAllocator
+from plygrad.backends.cpu.batch import CPUBatch, Dispatcher, batch_of
 from plygrad.backends.cpu.compiler import BUILD_PREFIX, CCompiler, Toolchain, probe_toolchain
 from plygrad.backends.cpu.host import host_cache_sizes, host_has_fma, host_vector_widths
 from plygrad.ir.target import Target
 from plygrad.runtime import tempfiles
 from plygrad.runtime.errors import BackendError
-from plygrad.runtime.plugin import Backend, Program
+from plygrad.runtime.plugin import Backend, BatchEntry, Program
 
 # Every loaded library stays loaded until the process exits. Closing one that started OpenMP could unload libgomp
 # while its worker threads are parked in it, and the process would crash later somewhere unrelated. Programs are
@@ -111,9 +112,16 @@ class CPUBackend(Backend):
         sweep_temp_files()
         toolchain = probe_toolchain()
         super().__init__(name, cpu_target(toolchain), CFFIAllocator(self.ffi), CCompiler(toolchain))
+        self._dispatcher: Dispatcher | None = None
 
     def load(self, name: str, binary: bytes) -> Program:
         return CPUProgram(name, binary)
+
+    def batch(self, entries: Sequence[BatchEntry]) -> CPUBatch | None:
+        """One call of a small C function that calls each program in turn (batch.py); None where it cannot."""
+        if self._dispatcher is None:  # compiled (or read from the program cache) at the first batch asked for
+            self._dispatcher = Dispatcher(self.ffi, self.compiler, CPUProgram)
+        return batch_of(self._dispatcher, entries, CPUProgram)
 
     def synchronize(self) -> None:
         """Programs run synchronously on the calling thread (and its OpenMP team): nothing is in flight."""
