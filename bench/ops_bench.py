@@ -1,7 +1,8 @@
 """Tensor-op benchmarks: plygrad (frontend -> scheduler -> codegen -> CPU backend) beside NumPy, PyTorch (CPU)
 and tinygrad (CPU device), all measured in the same run on the same machine.
 
-Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE] [--beam N] [--interleave]
+Run: python bench/ops_bench.py [--runs N] [--quick] [--only CASE ...] [--json FILE] [--beam N] [--interleave
+[--block K]]
 
 Figures are medians of N timed runs after warm-up runs (at least WARMUP_RUNS, and at least WARMUP_S seconds of
 them): the first compiles plygrad's and tinygrad's kernels, and the program caches serve the rest; the others let
@@ -25,7 +26,10 @@ from the program cache; the warm-up call pays for the search), NumPy, PyTorch an
 of a machine whose memory bandwidth doubles and halves every few seconds; the 64 MB sum is the case that needs it).
 It suits single-pass memory-bound cases: the previous library's worker threads (OpenBLAS after NumPy's matmul)
 still spin when the next call starts, and every call meets caches the others evicted (torch's matmul 1024 read
-76-82 GFLOP/s interleaved, ~190 in turns; x+1 25-73 us).
+76-82 GFLOP/s interleaved, ~190 in turns; x+1 25-73 us). `--block K` makes each turn K calls of one library and
+times the last half of them: those follow the library's own calls, after the previous library's threads stopped
+spinning (torch's and plygrad's OpenMP threads spin for milliseconds after a call; on a 2-core machine a call then
+shares the cores with a third thread), while turns still alternate within tens of milliseconds.
 No timing is asserted: this prints a table to read and compare.
 """
 
@@ -278,12 +282,15 @@ def measure(cases: list[str], arrays: Arrays, runs: int,
     return results, notes
 
 
-def measure_interleaved(cases: list[str], arrays: Arrays, runs: int,
-                        beam: int = 0) -> tuple[dict[str, dict[str, float | None]], list[str]]:
-    """As `measure`, but the libraries take turns call by call: each library warms up on a case, then every timed
-    round runs each library's call once. A machine whose memory bandwidth changes by 2x every few seconds (the
-    virtual machines here) then slows every library's calls alike, where turns case by case let one library's
-    whole figure land in a fast spell and the next one's in a slow one."""
+def measure_interleaved(cases: list[str], arrays: Arrays, runs: int, beam: int = 0,
+                        block: int = 1) -> tuple[dict[str, dict[str, float | None]], list[str]]:
+    """As `measure`, but the libraries take turns within a case: each library warms up on it, then every timed round
+    runs each library's call `block` times in a row, of which the last `timed_per_turn(block)` are timed. A machine
+    whose memory bandwidth changes by 2x every few seconds (the virtual machines here) then slows every library's
+    calls alike, where turns case by case let one library's whole figure land in a fast spell and the next one's in
+    a slow one. With `block` 1 every call follows another library's; longer turns time the calls that follow the
+    library's own, after the previous library's OpenMP threads stopped spinning (torch's and plygrad's spin for
+    milliseconds after a call: a 2-core machine then runs three threads) and its caches were refilled."""
     results: dict[str, dict[str, float | None]] = {lib: dict.fromkeys(cases) for lib in LIBRARIES}
     runners, notes = make_runners(arrays)
     for case in cases:
@@ -302,13 +309,21 @@ def measure_interleaved(cases: list[str], arrays: Arrays, runs: int,
         for _ in range(n):
             for lib, fn in taking.items():
                 with plygrad_beam(beam if lib == "plygrad" else 0):
-                    start = time.perf_counter()
-                    fn()
-                    times[lib].append(time.perf_counter() - start)
+                    for call in range(block):
+                        start = time.perf_counter()
+                        fn()
+                        if call >= block - timed_per_turn(block):
+                            times[lib].append(time.perf_counter() - start)
         for lib, seconds in times.items():
             results[lib][case] = figure(case, statistics.median(seconds))
             print(f"  {lib:9s} {case:12s} {results[lib][case]:.2f}", file=sys.stderr, flush=True)
     return results, notes
+
+
+def timed_per_turn(block: int) -> int:
+    """How many of a turn's `block` calls `measure_interleaved` times: the last half, the first call at least
+    untimed when there are several (it follows the previous library's)."""
+    return 1 if block == 1 else max(1, block // 2)
 
 
 def main() -> None:
@@ -322,13 +337,20 @@ def main() -> None:
                              "the other libraries as they are")
     parser.add_argument("--interleave", action="store_true",
                         help="libraries take turns call by call, not case by case (measure_interleaved)")
+    parser.add_argument("--block", type=int, default=1, metavar="K",
+                        help="with --interleave: each turn is K calls of one library, the last half of them timed")
     args = parser.parse_args()
     sizes = MATMUL_SIZES[:-1] if args.quick else MATMUL_SIZES
     cases = [c for c in WORK if not c.startswith("matmul") or int(c[6:]) in sizes]
     if args.only:
         cases = [c for c in cases if c in args.only]
     arrays = make_arrays(tuple(int(c[6:]) for c in cases if c.startswith("matmul")))
-    results, notes = (measure_interleaved if args.interleave else measure)(cases, arrays, args.runs, args.beam)
+    if args.block < 1 or (args.block > 1 and not args.interleave):
+        parser.error("--block K takes K >= 1, with --interleave")
+    if args.interleave:
+        results, notes = measure_interleaved(cases, arrays, args.runs, args.beam, args.block)
+    else:
+        results, notes = measure(cases, arrays, args.runs, args.beam)
 
     print(f"command: {' '.join([os.path.basename(sys.executable), *sys.argv])}")
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, "
@@ -336,7 +358,8 @@ def main() -> None:
     print(f"medians of {args.runs} runs after >= {WARMUP_RUNS} warm-up runs and >= {WARMUP_S} s of them "
           f"(eager: {args.runs * 20} runs); higher is better except us"
           + (f"; plygrad with BEAM={args.beam}" if args.beam > 0 else "")
-          + ("; libraries interleaved call by call" if args.interleave else ""))
+          + ("" if not args.interleave else "; libraries interleaved call by call" if args.block == 1 else
+             f"; libraries interleaved in turns of {args.block} calls, the last {timed_per_turn(args.block)} timed"))
     print()
     print(f"| {'op':44s} | {'unit':7s} | " + " | ".join(f"{lib:>10s}" for lib in LIBRARIES) + " |")
     print("|" + "-" * 46 + "|" + "-" * 9 + "|" + "|".join("-" * 12 for _ in LIBRARIES) + "|")
