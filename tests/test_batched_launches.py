@@ -39,10 +39,14 @@ def test_a_plan_of_many_kernels_gives_the_single_launches_bits(monkeypatch: pyte
     model = _model(rng)
     seen = _calls(monkeypatch)
     clear_plans()
+    first = model(x).numpy()
+    assert not seen, "a plan's first run launches one kernel at a time"
     batched = model(x).numpy()
     assert seen and max(seen) >= 2, f"the forward's kernels should run in batches: {seen}"
+    np.testing.assert_array_equal(batched, first)
     monkeypatch.setattr(CPUBackend, "batch", lambda self, entries: None)
     clear_plans()
+    model(x).numpy()
     single = model(x).numpy()
     np.testing.assert_array_equal(batched, single)
 

@@ -6,6 +6,10 @@ large kernel just flushed (a sum of 4096 x 4096 floats streams 64 MB between its
 between them then took 12-17 us). `group` splits a step list into runs of at least MIN_RUN consecutive kernels on
 one device and asks the device's backend for a launcher of each run once; `launch_run` then starts a whole run with
 one call. Where the backend has no launcher (the default) the steps stay single launches, so every backend works.
+A plan groups its steps at its second run, not its first: most schedules a program makes run once (a model's
+first call, a script's one-off ops), and the CPU backend's launcher is a small C function compiled once per
+machine (~0.1 s), which a model's first call would otherwise pay beside its kernels. A capture groups at its
+first replay, since replaying is what it is for.
 
 Results do not change: the kernels run in the same order over the same buffers with the same values, each variable
 bound still proved for its values first (every step of a run before the first of its launches), and

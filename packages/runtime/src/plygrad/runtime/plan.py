@@ -111,6 +111,7 @@ class ExecPlan:
         # slot -> the small fresh Buffer the last run got for it, taken again once nothing else holds it (`bind`)
         self._spare: dict[int, Buffer] = {}
         self._grouped: tuple[Step | KernelRun, ...] | None = None  # the steps with batched runs (`execute`)
+        self._ran = False  # whether a run without batches happened (the first one)
 
     @staticmethod
     def build(linear: UOp, producer: str | None = None) -> ExecPlan:
@@ -209,7 +210,11 @@ class ExecPlan:
         debug = config.DEBUG.get()
         start = time.perf_counter() if debug >= 1 else 0.0
         # runs of consecutive kernels go to the backend in one call (batch.py), except where DEBUG times each one
-        steps = self.steps if debug >= 2 else self._grouped or self._group()
+        if debug >= 2 or not self._ran:  # the first run launches one by one too (batch.py)
+            self._ran = True
+            steps: Sequence[Step | KernelRun] = self.steps
+        else:
+            steps = self._grouped or self._group()
         for step in steps:
             if isinstance(step, KernelRun):
                 launch_run(step, [bufs[i].handle for i in step.slots], lambda s: step_values(s, vals))

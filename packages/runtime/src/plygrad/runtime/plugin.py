@@ -152,9 +152,9 @@ class Backend(ABC):
     def batch(self, entries: Sequence[BatchEntry]) -> BatchLaunch | None:
         """A launcher that runs `entries` in order in one call, or None (the default): the runtime then launches
         each program itself. Plans and captures ask once for every run of two or more consecutive kernels on this
-        device, and launch through it unless DEBUG >= 2 (which times each kernel). What it saves is the runtime's
-        Python per launch (a few microseconds each, more on cold caches); a backend returns None for entries it
-        cannot run that way."""
+        device (a plan at its second run, a capture at its first replay), and launch through it unless DEBUG >= 2
+        (which times each kernel). What it saves is the runtime's Python per launch (a few microseconds each, more
+        on cold caches); a backend returns None for entries it cannot run that way."""
         return None
 
     def close(self) -> None:
