@@ -12,9 +12,13 @@ verified like any other, and each kernel is lowered from its serialized bytes th
 holds exactly what the byte path produces. With PLYGRAD_FORCE_BYTES on, no plan is cached: every run decodes the
 bytes and looks every program up again, which is the reference the plan cache is tested against (DESIGN.md §2).
 
-Threads (docs/threads.md): a plan is immutable once built and can run in several threads at once over different
-Buffers. The plan cache is shared; a lock guards each lookup and insert but not the build, so two threads missing
-the same schedule at once both build it and the first one stored is the one both use.
+From its second run on, a plan launches each run of consecutive kernels on one device in one backend call where
+the backend offers it (batch.py); the runs are found once, and two threads finding them at once store equal ones.
+
+Threads (docs/threads.md): a plan is immutable once built (but for those runs and the spare Buffers below) and can
+run in several threads at once over different Buffers. The plan cache is shared; a lock guards each lookup and
+insert but not the build, so two threads missing the same schedule at once both build it and the first one stored
+is the one both use.
 """
 
 from __future__ import annotations
