@@ -55,13 +55,16 @@ def lower_with_opts(kernel: bytes, target: bytes, opts: bytes | None = None) -> 
 
 
 class CostedProgram(Program):
-    def __init__(self, inner: Program, cost: float) -> None:
-        self.inner, self.cost = inner, cost
+    def __init__(self, inner: Program, cost: float, backend: CostedBackend) -> None:
+        self.inner, self.cost, self.backend = inner, cost, backend
 
     def __call__(self, buffers: Sequence[Any], global_size: tuple[int, int, int],
                  local_size: tuple[int, int, int] | None, vals: Sequence[int], wait: bool = False) -> float | None:
         start = time.perf_counter()
-        time.sleep(self.cost)
+        spell = self.backend.fast_spells.get(self.cost, 0)
+        if spell:  # a fast spell of the machine that happens to meet this program's launches
+            self.backend.fast_spells[self.cost] = spell - 1
+        time.sleep(self.cost / 50 if spell else self.cost)
         self.inner(buffers, global_size, local_size, vals)
         return time.perf_counter() - start if wait else None
 
@@ -72,6 +75,8 @@ class CostedBackend(PyBackend):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.allocations = self.frees = 0
+        # cost -> how many more launches of the programs of that cost run 50x faster (a machine's fast spell)
+        self.fast_spells: dict[float, int] = {}
         alloc, free = self.allocator.alloc, self.allocator.free
 
         def counting_alloc(nbytes: int) -> Any:
@@ -87,7 +92,7 @@ class CostedBackend(PyBackend):
 
     def load(self, name: str, binary: bytes) -> Program:
         found = re.search(r"# cost (\S+)", binary.decode())
-        return CostedProgram(super().load(name, binary), float(found.group(1)) if found else 0.0)
+        return CostedProgram(super().load(name, binary), float(found.group(1)) if found else 0.0, self)
 
 
 def open_costed(device: str) -> Backend:

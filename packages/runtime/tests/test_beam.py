@@ -103,6 +103,25 @@ def test_search_finds_the_fastest_list_and_changes_no_result(costed: None, monke
     assert len(progress) == 1 and "programs in" in progress[0] and "best" in progress[0], captured.err
 
 
+def test_a_winner_timed_in_a_fast_spell_loses_the_rematch_against_the_default(
+        costed: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 2-element kernel: only UPCAST(0, 2) applies, the engine's own choice (cost base/2); the unoptimized program
+    (cost base) is timed while the machine is fast, and wins the search. Timed again beside the default, in turns,
+    it loses, and the default is kept (and recorded)."""
+    monkeypatch.setattr(COST, "base", 0.016)
+    backend = Device["PY"]
+    assert isinstance(backend, CostedBackend)
+    backend.fast_spells[COST.base] = beam.RUNS  # the unoptimized seed's timed runs, no more
+    loaded = prepare_kernel(backend, add_kernel(2), "conformance_add")
+    assert loaded.info.opts == (Opt(OptOps.UPCAST, 0, 2),)
+    assert backend.fast_spells[COST.base] == 0, "the spell covered the search's runs of the unoptimized program"
+    assert "kept the default" in capsys.readouterr().err
+    backend.fast_spells[COST.base] = 0
+    fresh_process_caches()
+    again = prepare_kernel(Device["PY"], add_kernel(2), "conformance_add")
+    assert again.info.opts == (Opt(OptOps.UPCAST, 0, 2),) and beam.STATS.searches == 1, "the record says so"
+
+
 def test_choice_is_read_back_from_memory_and_from_disk(costed: None) -> None:
     run_sum()
     assert beam.STATS.searches == 2

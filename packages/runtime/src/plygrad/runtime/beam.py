@@ -13,7 +13,12 @@ kernel per machine, and from then on lowers the kernel with the fastest list it 
    most are never wanted again), then run one after another on scratch buffers: the minimum of `RUNS` runs.
 4. The n fastest become the next beam. The search ends when a round finds nothing faster than the best so far by
    `MIN_PROGRESS`, when BEAM_TIMEOUT seconds have passed (checked between candidates: the two starting points are
-   always timed), or when BEAM_MAX_CANDIDATES distinct programs have been timed. A candidate whose estimated
+   always timed), or when BEAM_MAX_CANDIDATES distinct programs have been timed.
+5. A winner other than the engine's own choice is timed again beside it, in turns (`REMATCH_ROUNDS` runs each), and
+   kept only if its median is the lower: candidates are timed one after another, seconds apart, and a machine whose
+   memory bandwidth doubles and halves every few seconds (the 2-core VMs here: a sum kernel's default program timed
+   2021 us, then 1430 us) can crown a program that was only timed in a fast spell. The record would keep it for
+   good. A candidate whose estimated
    operations (`ProgramInfo.ops`) exceed OPS_GROWTH_MAX times the seeds' is never run: a launch cannot be stopped
    once started, and such a list recomputes a reduction inside a loop it does not depend on (a softmax's rows
    TILEd: 2000x the work, minutes per launch). A progress line on stderr names the kernel, the programs timed
@@ -52,6 +57,7 @@ import importlib.metadata
 import inspect
 import math
 import os
+import statistics
 import struct
 import sys
 import threading
@@ -75,10 +81,11 @@ from plygrad.runtime.cache import PROGRAMS
 from plygrad.runtime.plugin import Backend, Program
 
 SEARCH_FOLDER: Final = "beam"
-SEARCH_VERSION: Final = 2  # part of every key: changing the actions or the timing makes stored choices stale
+SEARCH_VERSION: Final = 3  # part of every key: changing the actions or the timing makes stored choices stale
 RUNS: Final = 3  # timed runs per candidate; the minimum is its time (the first run also pays for page faults)
 MIN_PROGRESS: Final = 0.01  # a round must beat the best so far by 1% to go on (less is timing noise)
 SLOWER_STOP: Final = 3.0  # a candidate whose first run takes 3x the best so far is not run again
+REMATCH_ROUNDS: Final = 5  # runs each of the winner and the engine's own program, in turns, before keeping it
 OPS_GROWTH_MAX: Final = 2.0  # a candidate estimated to do more than 2x the seeds' operations is never run
 SPLIT_AMOUNTS: Final = (2, 3, 4, 8, 16)  # UPCAST and UNROLL; the target's vector widths are added
 LOCAL_AMOUNTS: Final = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -350,9 +357,38 @@ class Search:
             best = beam[0]
         stop = f", stopped: {self.stopped}" if self.stopped else ""
         stop += f", {self.skipped} skipped for recomputing" if self.skipped else ""
+        if best.opts != own and own in self.tried and self.tried[own] is not None:
+            rematch = self._rematch(own, best.opts)
+            if rematch is not None:
+                mine, theirs = rematch
+                if mine >= theirs:
+                    stop += f", kept the default: {_us(theirs)} against the winner's {_us(mine)} in turns"
+                    best = Timed(theirs, own)
         self.progress.finish(f"{self.timed} programs in {time.perf_counter() - self.start:.1f} s, best "
                              f"{_us(best.seconds)} (default {_us(default)}){stop}, opts: {opts_text(best.opts)}")
         return best.opts
+
+    def _rematch(self, own: tuple[Opt, ...], winner: tuple[Opt, ...]) -> tuple[float, float] | None:
+        """The winner's and the engine's own program's median times over REMATCH_ROUNDS runs each, taken in turns
+        (module docstring, step 5); None where either cannot be run again (the winner then stands)."""
+        programs = []
+        for opts in (winner, own):
+            cand = self._lower(opts)
+            binary = self._compile(cand.source) if cand is not None else None
+            if cand is None or binary is None:
+                return None
+            try:
+                programs.append((self.backend.load(cand.info.name, binary), cand.info))
+            except Exception:  # as in _time: a program that does not load is never an error of the search
+                return None
+        times: list[list[float]] = [[], []]
+        try:
+            for round_ in range(REMATCH_ROUNDS):
+                for which in ((0, 1) if round_ % 2 == 0 else (1, 0)):
+                    times[which].append(self._run_once(*programs[which]))
+        except Exception:
+            return None
+        return statistics.median(times[0]), statistics.median(times[1])
 
     def _out_of_budget(self) -> bool:
         if not self.stopped and time.perf_counter() >= self.deadline:
