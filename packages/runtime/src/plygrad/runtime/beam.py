@@ -357,16 +357,17 @@ class Search:
             best = beam[0]
         stop = f", stopped: {self.stopped}" if self.stopped else ""
         stop += f", {self.skipped} skipped for recomputing" if self.skipped else ""
-        if best.opts != own and own in self.tried and self.tried[own] is not None:
-            rematch = self._rematch(own, best.opts)
+        chosen = best.opts
+        if chosen != own and own in self.tried and self.tried[own] is not None:
+            rematch = self._rematch(own, chosen)
             if rematch is not None:
                 mine, theirs = rematch
-                if mine >= theirs:
-                    stop += f", kept the default: {_us(theirs)} against the winner's {_us(mine)} in turns"
-                    best = Timed(theirs, own)
+                verdict = "the default kept" if mine >= theirs else "the winner kept"
+                stop += f"; in turns the winner took {_us(mine)}, the default {_us(theirs)}: {verdict}"
+                chosen = own if mine >= theirs else chosen
         self.progress.finish(f"{self.timed} programs in {time.perf_counter() - self.start:.1f} s, best "
-                             f"{_us(best.seconds)} (default {_us(default)}){stop}, opts: {opts_text(best.opts)}")
-        return best.opts
+                             f"{_us(best.seconds)} (default {_us(default)}){stop}, opts: {opts_text(chosen)}")
+        return chosen
 
     def _rematch(self, own: tuple[Opt, ...], winner: tuple[Opt, ...]) -> tuple[float, float] | None:
         """The winner's and the engine's own program's median times over REMATCH_ROUNDS runs each, taken in turns
