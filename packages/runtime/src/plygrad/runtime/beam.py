@@ -13,16 +13,15 @@ kernel per machine, and from then on lowers the kernel with the fastest list it 
    most are never wanted again), then run one after another on scratch buffers: the minimum of `RUNS` runs.
 4. The n fastest become the next beam. The search ends when a round finds nothing faster than the best so far by
    `MIN_PROGRESS`, when BEAM_TIMEOUT seconds have passed (checked between candidates: the two starting points are
-   always timed), or when BEAM_MAX_CANDIDATES distinct programs have been timed.
-5. A winner other than the engine's own choice is timed again beside it, in turns (`REMATCH_ROUNDS` runs each), and
-   kept only if its median is the lower: candidates are timed one after another, seconds apart, and a machine whose
-   memory bandwidth doubles and halves every few seconds (the 2-core VMs here: a sum kernel's default program timed
-   2021 us, then 1430 us) can crown a program that was only timed in a fast spell. The record would keep it for
-   good. A candidate whose estimated
+   always timed), or when BEAM_MAX_CANDIDATES distinct programs have been timed. A candidate whose estimated
    operations (`ProgramInfo.ops`) exceed OPS_GROWTH_MAX times the seeds' is never run: a launch cannot be stopped
    once started, and such a list recomputes a reduction inside a loop it does not depend on (a softmax's rows
    TILEd: 2000x the work, minutes per launch). A progress line on stderr names the kernel, the programs timed
    and the best time; DEBUG>=3 prints every candidate.
+5. A winner other than the engine's own choice is timed again beside it, in turns (`REMATCH_ROUNDS` runs each), and
+   kept only if its median is the lower: candidates are timed one after another, seconds apart, and a machine whose
+   memory bandwidth doubles and halves every few seconds (the 2-core VMs here: a sum kernel's default program timed
+   2021 us, then 1430 us) can crown a program that was only timed in a fast spell, which the record would keep.
 
 The winner is a record of the program cache (folder "beam", the same entry format and healing as binaries) under a
 key hashing the kernel bytes, the target bytes, the lowering engine (its name, entry point and distribution
@@ -78,6 +77,7 @@ from plygrad.ir.uop import UOp
 from plygrad.runtime import config, discovery
 from plygrad.runtime.bounds import find_violations
 from plygrad.runtime.cache import PROGRAMS
+from plygrad.runtime.counters import opts_text
 from plygrad.runtime.plugin import Backend, Program
 
 SEARCH_FOLDER: Final = "beam"
@@ -265,11 +265,6 @@ def _tell_once(engine: str, message: str) -> None:
 
 def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.2f} us" if math.isfinite(seconds) else "-"
-
-
-def opts_text(opts: Sequence[Opt]) -> str:
-    """A list as the DEBUG=2 line under each launch spells it (counters.opts_line), so the two can be compared."""
-    return ", ".join(f"{o.op.name}(axis={o.axis}, amount={o.amount})" for o in opts) or "none"
 
 
 # ---- the search -------------------------------------------------------------------------------------------------

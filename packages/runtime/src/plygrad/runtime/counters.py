@@ -7,9 +7,10 @@ for it: DEBUG >= 2).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
-from plygrad.ir.records import ProgramInfo
+from plygrad.ir.records import Opt, ProgramInfo
 
 
 class GlobalCounters:
@@ -31,7 +32,6 @@ class GlobalCounters:
         cls.global_mem += info.mem
         if seconds is not None:
             cls.time_sum_s += seconds
-
 
     @classmethod
     def record_many(cls, count: int, ops: int, mem: int) -> None:
@@ -55,5 +55,9 @@ def kernel_line(device: str, info: ProgramInfo, seconds: float | None) -> str:
 def opts_line(info: ProgramInfo) -> str:
     """The DEBUG>=2 line under each launch: the optimizations codegen applied to this kernel (BEAM's or the
     heuristic's)."""
-    opts = ", ".join(f"{o.op.name}(axis={o.axis}, amount={o.amount})" for o in info.opts) or "none"
-    return f"    {info.name} opts: {opts}"
+    return f"    {info.name} opts: {opts_text(info.opts)}"
+
+
+def opts_text(opts: Sequence[Opt]) -> str:
+    """An optimization list as the DEBUG=2 lines and BEAM's progress line spell it, so the two can be compared."""
+    return ", ".join(f"{o.op.name}(axis={o.axis}, amount={o.amount})" for o in opts) or "none"

@@ -12,7 +12,7 @@ runtime then launches each program itself).
 from __future__ import annotations
 
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from plygrad.runtime.cache import PROGRAMS
@@ -29,7 +29,7 @@ MAX_ARGS: Final = 24  # buffers + variables of one program; a MiniLM kernel take
 ENTRY: Final = "plygrad_run_kernels"
 SIGNATURE: Final = "void(*)(long long, void* const*, const int*, const int*, void* const*, const long long*)"
 ARCHES: Final = frozenset({"x86_64", "AMD64", "aarch64", "arm64"})
-# the cache's target key of the dispatcher (it depends on no kernel's Target); a new version when the source changes
+# the cache's target key of the dispatcher (it depends on no kernel's Target; the key hashes the source as well)
 CACHE_TARGET: Final = b"plygrad-cpu-batch-1"
 
 
@@ -52,7 +52,7 @@ def dispatcher_source(max_args: int = MAX_ARGS) -> str:
         "    for (int j = 0; j < nbufs[i]; j++) a[count++] = (plygrad_word)(uintptr_t)*bufs++;\n"
         "    for (int j = 0; j < nvals[i]; j++) a[count++] = (plygrad_word)*vals++;\n"
         "    switch (count) {\n" + "\n".join(cases) + "\n"
-        "      default: return;\n"
+        "      default: return;  /* unreachable: batch_of refuses programs of more parameters */\n"
         "    }\n"
         "  }\n"
         "}\n"
@@ -62,7 +62,7 @@ def dispatcher_source(max_args: int = MAX_ARGS) -> str:
 class Dispatcher:
     """The compiled `plygrad_run_kernels` of one backend, or why there is none (`error`)."""
 
-    def __init__(self, ffi: cffi.FFI, compiler: Compiler, load: Any) -> None:
+    def __init__(self, ffi: cffi.FFI, compiler: Compiler, load: Callable[[str, bytes], CPUProgram]) -> None:
         self.ffi = ffi
         self.run: Any = None
         self.error = ""
@@ -86,7 +86,6 @@ class CPUBatch(BatchLaunch):
         ffi = dispatcher.ffi
         self.ffi = ffi
         self.run = dispatcher.run
-        self.names = tuple(p.name for p in programs)
         self.programs = tuple(programs)  # keeps the entry points' libraries referenced
         self.count = len(entries)
         self.fns = ffi.new("void*[]", [ffi.cast("void*", p.entry) for p in programs])
@@ -99,8 +98,9 @@ class CPUBatch(BatchLaunch):
 
     def __call__(self, handles: Sequence[Any], vals: Sequence[int]) -> None:
         if len(handles) != self.handles or len(vals) != self.values:
-            raise BackendError(f"CPU batch of {', '.join(self.names)} takes {self.handles} buffers and {self.values} "
-                               f"values, got {len(handles)} and {len(vals)}")
+            names = ", ".join(p.name for p in self.programs)
+            raise BackendError(f"CPU batch of {names} takes {self.handles} buffers and {self.values} values, got "
+                               f"{len(handles)} and {len(vals)}")
         ffi = self.ffi
         self.run(self.count, self.fns, self.nbufs, self.nvals, ffi.new(self._pointers, list(handles)),
                  ffi.new(self._longs, list(vals)) if vals else ffi.NULL)
