@@ -1,6 +1,11 @@
 """The fp8 dtypes in the IR: conversions against ml_dtypes (exhaustive for fp8 -> float, dense and random for
 float -> fp8), constant folding and bytes, serialization, and promotion (tinygrad's lattice: PyTorch refuses fp8).
 
+The rule for a float64 is plygrad's own, not whichever ml_dtypes is installed: round to float32 first, then once to
+the fp8 (PyTorch's c10 float8 types do the same; ml_dtypes did until 0.7.0, which rounds a double once). So the
+reference is ml_dtypes' float32 -> fp8 (one rounding in every version) applied to the float32-rounded input, and
+float64 is also checked against torch itself.
+
 NaN: ml_dtypes makes every fp8e5m2 NaN the canonical one where plygrad keeps the payload's top bits (dtype_fp8.py),
 so NaNs are compared as NaN of the same sign.
 """
@@ -63,16 +68,49 @@ def test_every_pattern_decodes_as_ml_dtypes(dt: DType) -> None:
 
 @pytest.mark.parametrize("wide", [np.float32, np.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("dt", FP8S, ids=str)
-def test_floats_encode_as_ml_dtypes(dt: DType, wide: Any) -> None:
+def test_floats_encode_through_float32_then_nearest_even(dt: DType, wide: Any) -> None:
     fmt = FP8_FORMATS[dt.name]
     with np.errstate(over="ignore", invalid="ignore"):
         values = sample(dt).astype(wide)
-        want = values.astype(ml_type(dt)).view(np.uint8)
+        want = values.astype(np.float32).astype(ml_type(dt)).view(np.uint8)  # module docstring: the rule itself
     got = np.array([encode_fp8(float(v), fmt) for v in values], dtype=np.uint8)
     nan = np.isnan(values)
     assert np.array_equal(got[~nan], want[~nan]), np.flatnonzero(got[~nan] != want[~nan])[:5]
     decoded = [decode_fp8(int(b), fmt) for b in got[nan]]
     assert all(math.isnan(d) for d in decoded)
+
+
+TORCH_FP8 = {"fp8e4m3": "float8_e4m3fn", "fp8e5m2": "float8_e5m2", "fp8e4m3fnuz": "float8_e4m3fnuz",
+             "fp8e5m2fnuz": "float8_e5m2fnuz"}
+
+
+@pytest.mark.parametrize("dt", FP8S, ids=str)
+def test_float64_encodes_as_torch(dt: DType) -> None:
+    """PyTorch converts a double to float8 through float: the same bytes for every value in the format's range.
+    Past it torch differs by design (its CPU float8_e4m3fn saturates to 448, even inf; ml_dtypes and plygrad give
+    NaN), and its NaNs are canonical, so those are left to the ml_dtypes test above."""
+    torch = pytest.importorskip("torch")
+    fmt = FP8_FORMATS[dt.name]
+    values = sample(dt)
+    with np.errstate(over="ignore"):
+        values = values[np.abs(values.astype(np.float32)) <= fmt.max]  # in range after the float32 step (no NaN)
+    want = torch.tensor(values, dtype=torch.float64).to(getattr(torch, TORCH_FP8[dt.name])).view(torch.uint8).numpy()
+    got = np.array([encode_fp8(float(v), fmt) for v in values], dtype=np.uint8)
+    wrong = np.flatnonzero(got != want)
+    assert wrong.size == 0, [(values[k], got[k], want[k]) for k in wrong[:5]]
+
+
+@pytest.mark.parametrize(("dt", "x", "bits"), [
+    (dtypes.fp8e4m3, -431.99999999999994, 0xFE),  # float32 -432.0 is a tie of -416 and -448: even is -448
+    (dtypes.fp8e4m3, 431.99999999999994, 0x7E),
+    (dtypes.fp8e5m2fnuz, -45055.99999999999, 0xFE),  # float32 -45056.0: a tie, even is -49152
+    (dtypes.fp8e4m3, 432.00000000000006, 0x7E),  # just past the tie in float64, the tie again in float32
+])
+def test_a_double_just_below_a_tie_rounds_twice(dt: DType, x: float, bits: int) -> None:
+    """The documented double rounding: a float64 next to an fp8 tie is rounded to float32 first (landing on the
+    tie), then to nearest even; rounding the double once would give the neighbour below the tie."""
+    assert float(np.float32(x)) != x and float(np.float32(x)) == round(x)
+    assert encode_fp8(x, FP8_FORMATS[dt.name]) == bits
 
 
 @pytest.mark.parametrize("dt", FP8S, ids=str)
@@ -89,10 +127,10 @@ def test_overflow_and_zero_rules_of_each_format(dt: DType) -> None:
 def test_constants_fold_to_fp8_values(dt: DType) -> None:
     for x in (0.1, 3.3, -1000.0, 1e-9, 250.0):
         with np.errstate(over="ignore", invalid="ignore"):
-            want = float(np.float64(x).astype(ml_type(dt)).astype(np.float64))
+            want = float(np.float32(x).astype(ml_type(dt)).astype(np.float64))  # through float32, as the rule
         assert same_float(float(truncate(dt, x)), want)
         assert same_float(UOp.const(dt, x).arg, want)
-    assert truncate(dt, 3) == 3.0 and truncate(dt, -17) == float(np.float64(-17).astype(ml_type(dt)))
+    assert truncate(dt, 3) == 3.0 and truncate(dt, -17) == float(np.float32(-17).astype(ml_type(dt)))
     assert same_float(float(truncate(dt, 2**62 + 1)), float(truncate(dt, float(2**62))))  # overflows alike
 
 

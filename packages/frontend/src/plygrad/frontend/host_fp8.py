@@ -3,7 +3,7 @@
 NumPy has no fp8 dtypes (ml_dtypes adds them, but the frontend does not depend on it), so fp8 data crosses the host
 boundary the way bfloat16 does: in memory as its bytes (uint8), out of `.numpy()` as float32 values (every fp8 value
 is a float32 one). An input array that already has an ml_dtypes fp8 dtype (`float8_e4m3fn`, ...) gives its bytes as
-they are; any other array is rounded as plygrad.ir.dtype_fp8 rounds (ml_dtypes' rules: via float32, nearest even,
+they are; any other array is rounded as plygrad.ir.dtype_fp8 rounds (PyTorch's rule: via float32, nearest even,
 no saturation), one Python conversion per distinct bit pattern: quick for the small or repetitive data fp8
 tensors are usually built from, slow for millions of distinct values (cast a float tensor on the device instead).
 Decoding is a 256-entry table lookup.

@@ -9,9 +9,10 @@ Each format is sign, exponent and mantissa in one byte; they differ in what the 
 | `fp8e4m3fnuz` (`float8_e4m3fnuz`) | 1.4.3 | 8 | 240 | none | 0x80 only | no |
 | `fp8e5m2fnuz` (`float8_e5m2fnuz`) | 1.5.2 | 16 | 57344 | none | 0x80 only | no |
 
-Conversion from a float goes through float32 first, as ml_dtypes and PyTorch (c10::Float8_*) convert a double,
-and as bfloat16 does here; from float32 it rounds once, to nearest with ties to even, as if the exponent range
-had no top; a result
+Conversion from a float goes through float32 first, as PyTorch (c10::Float8_*) converts a double (and ml_dtypes
+did before 0.7.0, which rounds a double once), and as bfloat16 does here: a double just beside an fp8 tie becomes
+the tie in float32, then its even neighbour (docs/ir.md). From float32 it rounds once, to nearest with ties to even,
+as if the exponent range had no top; a result
 past the largest finite value is the format's overflow value: inf for `fp8e5m2`, NaN for the others (no
 saturation). NaN stays NaN with its sign where the format has signed NaNs, and a `fnuz` format turns -0 into +0.
 These are `ml_dtypes`' rules, which the tests check bit for bit, with one difference in NaN payloads: ml_dtypes

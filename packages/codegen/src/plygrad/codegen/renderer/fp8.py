@@ -4,7 +4,7 @@ No hardware fp8 is assumed (the CPU has none, and CUDA's `__nv_fp8` types need c
 does not include): an fp8 value lives in memory as its byte (`uint8_t` / `unsigned char`) and in a `float` local,
 and like float16 it is rounded back to its format after every operation. The three helpers of a format `N` are
 
-    uint8_t plygrad_to_N(double x)        via float32 (as ml_dtypes and PyTorch), then to nearest even
+    uint8_t plygrad_to_N(double x)        via float32 (as PyTorch), then to nearest even
     float   plygrad_N_to_float(uint8_t b)  exact: every fp8 value is a float
     float   plygrad_round_N(double x)      the two above: what `round_to` calls after each op
 
