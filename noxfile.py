@@ -40,6 +40,9 @@ nox.options.reuse_venv = "no" if IN_CI else "yes"
 
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = ROOT / "pyproject.toml"
+# Every third-party install is pinned (docs/development.md, "Pinned dependencies"). Given to pip as PIP_CONSTRAINT,
+# not `-c`: the isolated environment pip builds our packages in (setuptools) reads the variable too.
+CONSTRAINTS = ROOT / "constraints.txt"
 PYTEST, MYPY, RUFF = "pytest>=8", "mypy>=1.11", "ruff>=0.6"
 # what tests/ needs beyond the packages' [test] extras (torch comes with plygrad-ir's): test_embed_sentences.py checks
 # examples/minilm.py against transformers' BertModel on the packaged all-MiniLM-L6-v2 weights (no download)
@@ -106,6 +109,11 @@ def _local_closure(session: nox.Session, wanted: Mapping[str, set[str]]) -> dict
     return closure
 
 
+def _install(session: nox.Session, *args: str) -> None:
+    """`pip install args` under constraints.txt (every third-party version pinned)."""
+    session.install(*args, env={"PIP_CONSTRAINT": str(CONSTRAINTS)})
+
+
 def _install_local(session: nox.Session, wanted: Mapping[str, set[str]], *tools: str) -> set[str]:
     """Install local packages (non-editable, from clean copies) plus `tools` in one pip run; return their names."""
     closure = _local_closure(session, wanted)
@@ -117,12 +125,19 @@ def _install_local(session: nox.Session, wanted: Mapping[str, set[str]], *tools:
         shutil.copytree(PACKAGES[name].folder, copy, ignore=BUILD_LEFTOVERS)
         extras = sorted(closure[name])
         specs.append(f"{copy}[{','.join(extras)}]" if extras else str(copy))
-    session.install(*specs, *tools)
+    _install(session, *specs, *tools)
     return set(closure)
 
 
+def _pinned() -> set[str]:
+    """The distributions constraints.txt pins."""
+    lines = (line.split("#")[0].strip() for line in CONSTRAINTS.read_text(encoding="utf-8").splitlines())
+    return {canonicalize_name(Requirement(line).name) for line in lines if line}
+
+
 def _check_only_installed(session: nox.Session, expected: set[str]) -> None:
-    """Fail unless exactly the `expected` plygrad distributions are in the session's environment."""
+    """Fail unless exactly the `expected` plygrad distributions are in the session's environment, and every other
+    distribution but pip is pinned in constraints.txt (a new dependency must be pinned before CI passes)."""
     listing = session.run("python", "-c", "import importlib.metadata as m; "
                           "print(*sorted({d.metadata['Name'] for d in m.distributions()}))", silent=True)
     names = {canonicalize_name(n) for n in str(listing).split()}
@@ -130,6 +145,10 @@ def _check_only_installed(session: nox.Session, expected: set[str]) -> None:
     if found != expected:
         session.error(f"plygrad distributions installed: {sorted(found)}, expected exactly {sorted(expected)}")
     session.log(f"plygrad distributions installed: {', '.join(sorted(found))}")
+    unpinned = sorted(names - found - _pinned() - {"pip"})
+    if unpinned:
+        session.error(f"installed but not pinned in constraints.txt: {', '.join(unpinned)}; add `name==version` "
+                      "lines for the versions that pass (docs/development.md)")
 
 
 def _pytest(session: nox.Session, paths: Iterable[Path], marker: str, *, label: str = "",
@@ -208,7 +227,7 @@ def typecheck(session: nox.Session) -> None:
     third_party = sorted({str(r) for package in PACKAGES.values()
                           for r in (*package.requires, *package.extras.get("typecheck", ()))
                           if not _is_local(r) and _applies(r)})
-    session.install(MYPY, *third_party)
+    _install(session, MYPY, *third_party)
     cache = Path(session.create_tmp()) / "mypy_cache"
     session.run("mypy", "--strict", "--cache-dir", str(cache), *sources, env={"MYPYPATH": os.pathsep.join(sources)})
 
@@ -216,7 +235,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff check over the whole tree (config: root pyproject.toml)."""
-    session.install(RUFF)
+    _install(session, RUFF)
     session.run("ruff", "check", str(ROOT))
 
 
