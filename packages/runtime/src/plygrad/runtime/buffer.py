@@ -45,7 +45,31 @@ class Buffer:
         self.id = next(_NEXT_ID)
         self._handle: Any = None
         self._backend: Backend | None = None
+        self._base: Buffer | None = None  # set by `view`: the buffer whose memory this one names a part of
+        self._offset = 0  # bytes into the base
         _TABLE[self.id] = weakref.ref(self)
+
+    def view(self, offset: int, size: int, dtype: DType) -> Buffer:
+        """A buffer naming `size` elements of `dtype` at byte `offset` of this one's memory, which it shares (the
+        allocator's `offset`; DISK has it, so a tensor of a checkpoint is a slice of the mapped file). A view of a
+        view is a view of the same base; the base stays alive while a view does."""
+        if type(offset) is not int or offset < 0 or offset + size * dtype.itemsize > self.nbytes:
+            raise InvalidBufferError(f"view of {size} x {dtype} at byte {offset!r} of buffer {self.id} "
+                                     f"({self.nbytes} bytes on {self.device}): it must lie inside the buffer")
+        out = Buffer(self.device, size, dtype)
+        base = self if self._base is None else self._base
+        out._base, out._offset, out._backend = base, self._offset + offset, self._backend
+        return out
+
+    @property
+    def base(self) -> Buffer:
+        """The buffer whose memory this one is (itself unless it is a `view`)."""
+        return self if self._base is None else self._base
+
+    @property
+    def offset(self) -> int:
+        """Bytes from the start of `base` to this buffer's first byte (0 unless it is a `view`)."""
+        return self._offset
 
     @property
     def nbytes(self) -> int:
@@ -67,9 +91,12 @@ class Buffer:
         handle = self._handle
         if handle is None:
             allocator = self.backend.allocator  # opened outside the lock: opening a backend takes the registry's
+            base = self._base
+            base_handle = None if base is None else base.handle  # before the lock: the base takes it itself
             with _ALLOCATING:
                 if self._handle is None:
-                    self._handle = allocator.alloc(self.nbytes)
+                    self._handle = (allocator.alloc(self.nbytes) if base_handle is None
+                                    else allocator.offset(base_handle, self._offset, self.nbytes))
                 handle = self._handle
         return handle
 
@@ -112,7 +139,7 @@ class Buffer:
         if buffer_id is not None:
             _TABLE.pop(buffer_id, None)
         handle, backend = getattr(self, "_handle", None), getattr(self, "_backend", None)
-        if handle is not None and backend is not None:
+        if handle is not None and backend is not None and getattr(self, "_base", None) is None:  # a view owns none
             backend.allocator.free(handle)
 
     def __repr__(self) -> str:

@@ -65,14 +65,32 @@ def split_device(device: str) -> tuple[str, int]:
     """"cpu:1" -> ("CPU", 1); "CPU" -> ("CPU", 0). Raises BackendError on a malformed name."""
     base, sep, index = device.partition(":")
     if not base or (sep and not index.isdigit()):
-        raise BackendError(f"device name {device!r} must look like 'CPU' or 'CPU:1'")
+        raise BackendError(f"device name {device!r} must look like 'CPU' or 'CPU:1' (or 'DISK:/path/to/file')")
     return base.upper(), int(index) if sep else 0
+
+
+def _is_path(suffix: str) -> bool:
+    """A device argument that names a file ("/tmp/w.bin", "w.bin", "./w"), not a malformed index ("x")."""
+    return bool(suffix) and not suffix.isdigit() and any(c in suffix for c in "/\\.")
+
+
+def device_base(device: str) -> str:
+    """The backend a device name belongs to: "cpu:1" -> "CPU", "disk:/tmp/w.bin" -> "DISK"."""
+    base = device.partition(":")[0]
+    if not base:
+        raise BackendError(f"device name {device!r} must look like 'CPU', 'CPU:1' or 'DISK:/path/to/file'")
+    return base.upper()
 
 
 @functools.lru_cache(maxsize=256)
 def canonical_device(device: str) -> str:
-    """The one spelling of a device name: upper-case backend, no ':0' ("cpu:0" -> "CPU"). Cached: every Buffer
-    and tensor op asks, with a handful of names."""
+    """The one spelling of a device name: upper-case backend, no ':0' ("cpu:0" -> "CPU"). A suffix that is not an
+    index is the device's argument, kept as written for its backend to read ("disk:/tmp/w.bin" -> "DISK:/tmp/w.bin",
+    a file for the DISK backend; it must look like a path, with a '/' or a '.'). Cached: every Buffer and tensor op
+    asks, with a handful of names."""
+    _, sep, suffix = device.partition(":")
+    if sep and _is_path(suffix):
+        return f"{device_base(device)}:{suffix}"
     base, index = split_device(device)
     return base if index == 0 else f"{base}:{index}"
 
@@ -154,7 +172,7 @@ class DeviceRegistry:
 
     def _open(self, name: str) -> Backend:
         """Open device `name` (the caller holds the lock, so each device is opened once)."""
-        base, _ = split_device(name)
+        base = device_base(name)
         record = self._record(base)
         if not record.usable or record.descriptor is None:
             raise BackendError(f"backend {base} is unavailable: {record.status.value}: {record.cause}")

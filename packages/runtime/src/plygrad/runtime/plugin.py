@@ -76,6 +76,13 @@ class Allocator(ABC, Generic[Handle]):
     def copyout(self, dst: memoryview, handle: Handle) -> None:
         """Copy the first `len(dst)` bytes of the allocation into the writable host buffer `dst`."""
 
+    def offset(self, handle: Handle, offset: int, nbytes: int) -> Handle:
+        """A handle naming the `nbytes` bytes at byte `offset` of the allocation `handle`, sharing its memory
+        (`Buffer.view`): what a DISK tensor's slice of a file is. Never freed itself: the allocation it views is
+        freed once. Optional: the default says this allocator has no sub-buffer views."""
+        raise BackendError(f"{type(self).__name__} has no sub-buffer views (Allocator.offset); copy the part "
+                           "wanted into a buffer of its own instead")
+
     def transfer(self, dst: Handle, source: Allocator[Any], src: Any, nbytes: int) -> bool:
         """Copy `nbytes` from `source`'s allocation `src` into `dst` without the host, if this allocator can
         (the same device, a peer device of its kind); return False where it cannot, and the runtime's COPY goes
