@@ -8,15 +8,17 @@ Realizing hands the graph, as bytes, to the `plygrad.schedulers` entry point cho
 `with Tensor.scheduler(name):`, and runs the schedule with plygrad.runtime.
 """
 
-from plygrad.frontend.errors import SchedulerNotFoundError
+from plygrad.frontend.errors import ArgumentValueError, SchedulerNotFoundError
 from plygrad.frontend.jit import JitError, TinyJit
 from plygrad.frontend.scheduling import scheduler_name
 from plygrad.frontend.symbolic import Variable
 from plygrad.frontend.tensor import Tensor, enable_grad, no_grad
-from plygrad.ir import DType, DTypeError, ShapeError, dtypes
+from plygrad.ir import AxisError, DType, DTypeError, ShapeError, dtypes
 from plygrad.runtime import Device
 
 __all__ = [
+    "ArgumentValueError",
+    "AxisError",
     "DType",
     "DTypeError",
     "Device",

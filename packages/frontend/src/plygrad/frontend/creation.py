@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from plygrad.frontend import random
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import Scalar, buffer_view, const_uop, resolve_device
 from plygrad.frontend.symbolic import check_size
-from plygrad.ir import DTypeLike, ShapeError, UOp, dtypes, to_dtype
+from plygrad.ir import DTypeLike, ShapeError, SizeTypeError, UOp, dtypes, to_dtype
 from plygrad.runtime import Buffer
 
 if TYPE_CHECKING:
@@ -29,11 +30,12 @@ if TYPE_CHECKING:
 # ---- creation ---------------------------------------------------------------------------------------------
 def _shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
     """The shape a creation function was given as `2, 3`, `(2, 3)` or `[2, 3]`; a ShapeError naming the
-    argument that is not a size (an int >= 0; NumPy integers count) is raised here, at the call."""
+    argument that is not a size (an int >= 0; NumPy integers count) is raised here, at the call: a SizeTypeError (a
+    TypeError too, as PyTorch's) for a size that is not an int, a plain ShapeError for a negative one."""
     dims: tuple[object, ...] = shape
     if len(shape) == 1 and not isinstance(shape[0], int):
         if not isinstance(shape[0], Sequence | np.ndarray):
-            raise ShapeError(f"a tensor shape is sizes (ints >= 0) or one sequence of them, got "
+            raise SizeTypeError(f"a tensor shape is sizes (ints >= 0) or one sequence of them, got "
                              f"{type(shape[0]).__name__} {shape[0]!r}; e.g. Tensor.zeros(2, 3) or "
                              "Tensor.zeros((2, 3))")
         dims = tuple(shape[0])
@@ -42,8 +44,9 @@ def _shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
             check_size(d, "a tensor shape")
             continue
         if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 0:
-            raise ShapeError(f"a tensor shape needs sizes that are ints >= 0; size {i} of {dims!r} is "
-                             f"{type(d).__name__} {d!r}")
+            error = ShapeError if isinstance(d, int | np.integer) and not isinstance(d, bool) else SizeTypeError
+            raise error(f"a tensor shape needs sizes that are ints >= 0; size {i} of {dims!r} is "
+                        f"{type(d).__name__} {d!r}")
     return tuple(d if isinstance(d, UOp) else int(d) for d in dims)  # type: ignore[call-overload, misc]
 
 
@@ -85,7 +88,7 @@ def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: S
     if stop is None:
         start, stop = 0, start
     if step == 0:
-        raise ValueError("arange: step must not be zero")
+        raise ArgumentValueError("arange: step must not be zero")
     count = max(math.ceil((stop - start) / step), 0)
     dt = dtype or (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step))
                    else dtypes.default_int)
@@ -106,7 +109,7 @@ def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, *, dtyp
     Like PyTorch, the first half counts up from `start` and the second half down from `stop`, so both ends
     come out exact."""
     if type(steps) is not int or steps < 0:
-        raise ValueError(f"linspace: steps {steps!r} must be an int >= 0")
+        raise ArgumentValueError(f"linspace: steps {steps!r} must be an int >= 0")
     dt = dtypes.default_float if dtype is None else to_dtype(dtype)
     dev = resolve_device(device)
     if steps <= 1:

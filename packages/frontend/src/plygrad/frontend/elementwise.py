@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Literal
 
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import LazyTensor, Scalar, broadcast_uop, const_uop
 from plygrad.ir import (
     DType,
@@ -419,7 +420,7 @@ def clamp(t: Tensor, min_: Tensor | Scalar | None = None, max_: Tensor | Scalar 
     """Limit values to [min_, max_] (each optional, tensor or scalar; max_ wins where min_ > max_). NaN stays
     NaN; the gradient passes where min_ <= x <= max_, bounds included (PyTorch)."""
     if min_ is None and max_ is None:
-        raise ValueError(f"clamp of a tensor of shape {t.shape}: give min_, max_ or both")
+        raise ArgumentValueError(f"clamp of a tensor of shape {t.shape}: give min_, max_ or both")
     x = t
     if min_ is not None:
         x, lo = _operands(x, min_, op="clamp")

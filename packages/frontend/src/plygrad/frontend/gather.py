@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 import numpy as np
 
 from plygrad.frontend import creation, indexing, setitem
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import LazyTensor, Scalar, broadcast_uop, const_uop, is_tensor, movement
 from plygrad.ir import DTypeError, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype
 
@@ -238,7 +239,7 @@ def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
     if num_classes == -1:
         num_classes = int(indexing._read_back(x).max()) + 1 if x.numel() else 0
     if type(num_classes) is not int or num_classes < 0:
-        raise ValueError(f"one_hot: num_classes must be an int >= 0 or -1, got {num_classes!r}")
+        raise ArgumentValueError(f"one_hot: num_classes must be an int >= 0 or -1, got {num_classes!r}")
     hit = x._cast_to(indexing._index_dtype(x.dtype)).unsqueeze(-1).eq(creation._counter(x, num_classes))
     return hit._cast_to(dtypes.default_int)
 

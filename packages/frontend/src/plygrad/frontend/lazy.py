@@ -20,11 +20,13 @@ from plygrad.frontend.modes import ModeFlags
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.symbolic import has_sym, split_symbolic
 from plygrad.ir import (
+    AxisError,
     ConstType,
     DType,
     DTypeError,
     Ops,
     ShapeError,
+    SizeTypeError,
     UOp,
     broadcast_shapes,
     dtypes,
@@ -346,12 +348,16 @@ class LazyTensor(metaclass=ModeFlags):
         return self.shape[0]
 
     def _axis(self, axis: int, op: str, ndim: int | None = None) -> int:
-        """`axis` (negative counts from the end) as 0..ndim-1; ShapeError naming `op` otherwise."""
+        """`axis` (negative counts from the end) as 0..ndim-1; AxisError (a ShapeError and an IndexError, as
+        PyTorch's "Dimension out of range") naming `op` otherwise."""
         n = self.ndim if ndim is None else ndim
         low, high = (-n, n - 1) if n else (-1, 0)  # a 0-d tensor accepts axis 0 or -1, like PyTorch
-        if type(axis) is not int or not low <= axis <= high:
-            raise ShapeError(f"{op}: axis {axis!r} is out of range for a tensor of shape {self.shape} "
-                             f"(valid: {low}..{high})")
+        if type(axis) is not int:
+            raise SizeTypeError(f"{op}: an axis must be an int, got {type(axis).__name__} {axis!r} (tensor of shape "
+                                f"{self.shape})")
+        if not low <= axis <= high:
+            raise AxisError(f"{op}: axis {axis!r} is out of range for a tensor of shape {self.shape} "
+                            f"(valid: {low}..{high})")
         return axis % n if n else 0
 
     def _axes(self, axis: int | Sequence[int] | None, op: str) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from plygrad.frontend import lazy, reduce
 from plygrad.frontend.composite import composite
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import DType, DTypeLike, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype, to_dtype
 from plygrad.ir.shape import dim_max
 
@@ -107,12 +108,13 @@ def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike 
     ops: list[Tensor] = [*operands[0]] if len(operands) == 1 and isinstance(operands[0], (list, tuple)) \
         else list(operands)  # type: ignore[arg-type]
     if not ops:
-        raise ValueError(f"einsum {formula!r}: needs at least one operand")
+        raise ArgumentValueError(f"einsum {formula!r}: needs at least one operand")
     spec = formula.replace(" ", "")
     lhs, arrow, rhs = spec.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ops):
-        raise ValueError(f"einsum {formula!r}: the formula names {len(terms)} operands but {len(ops)} were given")
+        raise ArgumentValueError(f"einsum {formula!r}: the formula names {len(terms)} operands but {len(ops)} were "
+                                 "given")
     for term in (*terms, rhs):
         letters = term.replace("...", "")
         if term.count("...") > 1 or not all(c.isascii() and c.isalpha() for c in letters):

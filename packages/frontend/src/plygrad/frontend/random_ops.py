@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import creation, elementwise, random
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import resolve_device
 from plygrad.ir import DType, DTypeError, DTypeLike, ShapeError, dtypes, to_dtype
 
@@ -98,7 +99,7 @@ def randint(cls: type[Tensor], *shape: int | Sequence[int], low: int = 0, high: 
     the range is too wide for float32's 24-bit mantissa."""
     dt = dtypes.default_int if dtype is None else to_dtype(dtype)
     if not isinstance(low, int) or not isinstance(high, int) or low >= high:
-        raise ValueError(f"randint: needs ints low < high, got low={low!r}, high={high!r}")
+        raise ArgumentValueError(f"randint: needs ints low < high, got low={low!r}, high={high!r}")
     if dt.is_float or dt.is_bool:
         raise DTypeError(f"randint makes integers, not {dt}")
     compute = dtypes.float32 if high - low <= 2**24 else dtypes.float64
@@ -176,9 +177,9 @@ def multinomial(x: Tensor, num_samples: int = 1, replacement: bool = False) -> T
         raise ShapeError(f"multinomial of shape {x.shape}: weights must be 1-D or 2-D (rows of weights)")
     n = x.shape[-1]
     if type(num_samples) is not int or num_samples < 1:
-        raise ValueError(f"multinomial: num_samples {num_samples!r} must be an int >= 1")
+        raise ArgumentValueError(f"multinomial: num_samples {num_samples!r} must be an int >= 1")
     if not replacement and num_samples > n:
-        raise ValueError(f"multinomial: cannot draw {num_samples} samples without replacement from {n} "
+        raise ArgumentValueError(f"multinomial: cannot draw {num_samples} samples without replacement from {n} "
                          "categories")
     weights = elementwise._float_input(x if x.ndim == 2 else x.unsqueeze(0))
     rows = weights.shape[0]

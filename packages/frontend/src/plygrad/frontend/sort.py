@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import creation, scan
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import dtypes
 
 if TYPE_CHECKING:
@@ -43,9 +44,11 @@ def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
     del sorted
     ax = t._axis(dim, "topk")
     n = t.shape[ax] if t.ndim else 1
-    if type(k) is not int or not 0 <= k <= n:
-        raise ValueError(f"topk: k={k!r} is out of range for dim {dim} of size {n} (tensor of shape {t.shape})"
-                         f"; pick 0 <= k <= {n}")
+    if type(k) is not int:
+        raise TypeError(f"topk: k must be an int, got {type(k).__name__} {k!r}")
+    if not 0 <= k <= n:
+        raise ArgumentValueError(f"topk: k={k!r} is out of range for dim {dim} of size {n} (tensor of shape "
+                                 f"{t.shape}); pick 0 <= k <= {n}")
     if t.ndim == 0:
         return t, t._const(0, scan.INDEX_DTYPE, ())
     x = scan._along_last(t, ax)

@@ -20,6 +20,7 @@ from plygrad.ir.dtype import (
     to_dtype,
 )
 from plygrad.ir.errors import (
+    AxisError,
     DTypeError,
     DTypeNameError,
     IRDecodeError,
@@ -29,6 +30,7 @@ from plygrad.ir.errors import (
     RewriteError,
     RewriteLoopError,
     ShapeError,
+    SizeTypeError,
 )
 from plygrad.ir.evaluate import EvaluationError, evaluate
 from plygrad.ir.helpers import kernel_name, reduce_identity, strip_reshapes, written_buffer
@@ -52,6 +54,7 @@ __all__ = [
     "FORMAT_VERSION",
     "OPSET_VERSION",
     "AddrSpace",
+    "AxisError",
     "AxisType",
     "BufferRef",
     "ConstType",
@@ -79,6 +82,7 @@ __all__ = [
     "RewriteLoopError",
     "Shape",
     "ShapeError",
+    "SizeTypeError",
     "Stage",
     "StructuralKey",
     "Target",

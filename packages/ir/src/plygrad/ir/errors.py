@@ -7,12 +7,27 @@ class IRError(Exception):
     """Base of every error this package raises on purpose."""
 
 
-class ShapeError(IRError, ValueError):
-    """A tensor-stage op was given shapes it cannot combine (the message names the op and the shapes)."""
+class ShapeError(IRError, ValueError, RuntimeError):
+    """A tensor-stage op was given shapes it cannot combine (the message names the op and the shapes).
+
+    Also a RuntimeError, the class PyTorch raises for a shape mismatch (matmul, cat, conv, einsum, broadcasting,
+    reshape), so code written for PyTorch (`except RuntimeError`) catches it, as code written for NumPy
+    (`except ValueError`) does."""
 
 
-class DTypeError(IRError, TypeError):
-    """An op was given dtypes it does not accept."""
+class AxisError(ShapeError, IndexError):
+    """An axis (dim) out of range for the tensor's number of axes. Also an IndexError, as PyTorch's "Dimension out
+    of range" is and as NumPy's AxisError (a ValueError and an IndexError) is."""
+
+
+class SizeTypeError(ShapeError, TypeError):
+    """A size, shape or axis given as something that is not an int (a float, a string). Also a TypeError, as
+    PyTorch's "must be tuple of ints" and Python's own are."""
+
+
+class DTypeError(IRError, TypeError, RuntimeError):
+    """An op was given dtypes it does not accept. Also a RuntimeError: PyTorch raises that for a dtype an op does
+    not take (its NotImplementedError "not implemented for 'Float'" and "expected scalar type" are RuntimeErrors)."""
 
 
 class DTypeNameError(DTypeError, ValueError):
