@@ -222,13 +222,40 @@ def _masked_select_all(x: Tensor, mask: LazyTensor) -> Tensor:
     return flat[indexing._from_host(x, positions)]
 
 
-def nonzero(x: Tensor) -> Tensor:
+def nonzero(x: Tensor, size: int | None = None, fill_value: int = 0) -> Tensor:
     """The coordinates of the non-zero elements, shape (count, ndim), in row-major order (reads the values
-    back: the count depends on them). The dtype is the default int (int32; int64 for larger axes)."""
+    back: the count depends on them). The dtype is the default int (int32; int64 for larger axes).
+
+    With `size=N` the shape is (N, ndim) whatever the values: the first N coordinates, rows past the count filled
+    with `fill_value`, and nothing is read back, so it can run inside a jitted function. That is NumPy-API
+    `argwhere`/`nonzero(size=, fill_value=)` as JAX defines it (PyTorch's nonzero has no `size`), built like
+    `masked_select(size=)` over the flat positions."""
+    if size is not None:
+        return _nonzero_sized(x, size, fill_value)
     values = indexing._read_back(x)
     if x.ndim == 0:
         return indexing._from_host(x, np.zeros((1 if values.item() else 0, 0), np.int32))
     return indexing._from_host(x, np.argwhere(values))
+
+
+def _nonzero_sized(x: Tensor, size: int, fill_value: int) -> Tensor:
+    if type(size) is not int or size < 0:
+        raise ArgumentValueError(f"nonzero: size must be an int >= 0 or None, got {size!r}")
+    if isinstance(fill_value, bool) or not isinstance(fill_value, int):
+        raise TypeError(f"nonzero: fill_value must be an int (a coordinate), got {type(fill_value).__name__}")
+    n = x.numel()
+    if not isinstance(n, int) or n >= 2**31:
+        raise ShapeError(f"nonzero(size=) of shape {x.shape}: needs a concrete size below 2**31 elements")
+    if x.ndim == 0:
+        return x.zeros(size, 0, dtype=dtypes.int32, device=x.device)
+    mask = x if x.dtype.is_bool else x.ne(0)  # NaN counts as non-zero, as in NumPy and PyTorch
+    flat = masked_select(creation._counter(x, n), mask.flatten(), size=size, fill_value=-1)  # -1: a padding row
+    columns, stride = [], n
+    for dim in x.shape:
+        stride //= dim
+        columns.append(flat.floordiv(stride).mod(dim) if stride > 1 else flat.mod(dim))
+    coords = columns[0].stack(*columns[1:], dim=1)
+    return flat.eq(-1).unsqueeze(1).where(fill_value, coords)._cast_to(dtypes.int32)
 
 
 def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:

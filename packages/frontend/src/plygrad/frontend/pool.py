@@ -296,6 +296,7 @@ def max_unpool2d(x: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = 
     hit = indexing._mine(x, flat_indices).unsqueeze(-1).eq(creation._counter(x, size))  # (..., L, size)
     summed = hit.where(flat_values.unsqueeze(-1), 0).sum(-2)._cast_to(x.dtype)
     written = x.zeros(*lead, size, dtype=x.dtype, device=x.device).scatter(-1, flat_indices, flat_values)
-    correction = written.sub(summed)
+    # where the two agree the correction is 0, not written - summed: an inf value would give inf - inf = NaN
+    correction = written.eq(summed).where(0, written.sub(summed))
     fixed = summed.add(x._make(stop_gradient(correction.uop), correction.device, correction.inputs))
     return fixed.reshape(*lead, *out)

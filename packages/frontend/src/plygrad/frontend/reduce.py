@@ -233,8 +233,19 @@ def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     return (total.div(float(count)) if count else total.mul(float("nan")))._cast_to(x.dtype)
 
 
+def softmax(t: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    """Softmax over `axis`; with `dtype` the input is cast to it first and the result has it (PyTorch's and
+    tinygrad's `dtype=`: a float16 input with dtype=float32 is never rounded to float16)."""
+    return _softmax(t if dtype is None else t.cast(dtype), axis)
+
+
+def log_softmax(t: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    """Log-softmax over `axis`; `dtype` as in `softmax`."""
+    return _log_softmax(t if dtype is None else t.cast(dtype), axis)
+
+
 @composite()
-def softmax(t: Tensor, axis: int = -1) -> Tensor:
+def _softmax(t: Tensor, axis: int = -1) -> Tensor:
     """exp(x - max) / sum(exp(x - max)) over `axis`: the max keeps exp from overflowing."""
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x  # rounded once, as PyTorch
@@ -244,7 +255,7 @@ def softmax(t: Tensor, axis: int = -1) -> Tensor:
 
 
 @composite()
-def log_softmax(t: Tensor, axis: int = -1) -> Tensor:
+def _log_softmax(t: Tensor, axis: int = -1) -> Tensor:
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x
     shifted = wide.sub(wide.max(axis, keepdim=True))

@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
+from plygrad.frontend.errors import StateDictError
 from plygrad.frontend.nn.archives import TensorIO, tar_extract, zip_extract
 from plygrad.frontend.nn.safetensors import safe_load, safe_load_metadata, safe_save
 from plygrad.frontend.nn.torch_load import CheckpointError, torch_load
@@ -26,6 +27,7 @@ from plygrad.frontend.tensor import Tensor, no_grad
 
 __all__ = [
     "CheckpointError",
+    "StateDictError",
     "TensorIO",
     "get_parameters",
     "get_state_dict",
@@ -85,23 +87,30 @@ def load_state_dict(model: object, state_dict: Mapping[str, Tensor], strict: boo
 
     The model's tensor objects stay the same (an optimizer holding them keeps working): each is `assign`ed its value,
     cast to the model tensor's dtype and moved to its device, and all are realized in one schedule (`realize=False`
-    leaves the writes pending until the model is next realized). With `strict`, keys of the model missing from
-    `state_dict` and keys of `state_dict` the model does not have raise a RuntimeError listing them all; otherwise
-    they are skipped. A shape mismatch raises a ValueError naming the key and both shapes (shapes () and (1,) are
-    interchangeable, as in tinygrad). `consume` deletes each loaded key from `state_dict` (a dict) to free it early.
+    leaves the writes pending until the model is next realized). As PyTorch's, one StateDictError (a RuntimeError,
+    and a ValueError as plygrad's shape mismatch was) lists every problem before anything is written: with `strict`,
+    the model's keys missing from `state_dict` and the keys the model does not have (`strict=False` skips them), and
+    always each key whose shapes differ, with both shapes (() and (1,) are interchangeable, as in tinygrad).
+    `consume` deletes each loaded key from `state_dict` (a dict) to free it early.
     """
     start = time.perf_counter()
     model_state = get_state_dict(model)
     missing = [k for k in model_state if k not in state_dict]
     unexpected = [k for k in state_dict if k not in model_state]
-    if strict and (missing or unexpected):
+    mismatched = [f"shape mismatch for {k!r}: the model has shape {t.shape} but the state dict has shape "
+                  f"{state_dict[k].shape}." for k, t in model_state.items()
+                  if isinstance(state_dict.get(k), Tensor) and state_dict[k].shape != t.shape
+                  and {state_dict[k].shape, t.shape} != {(), (1,)}]
+    if mismatched or (strict and (missing or unexpected)):
         lines = [f"load_state_dict: the state dict does not fit the {type(model).__name__} model."]
-        if missing:
+        if strict and missing:
             lines.append(f"Missing key(s) ({len(missing)}): {', '.join(missing)}.")
-        if unexpected:
+        if strict and unexpected:
             lines.append(f"Unexpected key(s) ({len(unexpected)}): {', '.join(unexpected)}.")
-        lines.append("Pass strict=False to load only the keys both have.")
-        raise RuntimeError(" ".join(lines))
+        lines.extend(line[0].upper() + line[1:] for line in mismatched)
+        if strict and (missing or unexpected):
+            lines.append("Pass strict=False to load only the keys both have.")
+        raise StateDictError(" ".join(lines))
     loaded: list[Tensor] = []
     with no_grad():
         for key, target in model_state.items():
@@ -110,10 +119,7 @@ def load_state_dict(model: object, state_dict: Mapping[str, Tensor], strict: boo
             value = state_dict[key]
             if not isinstance(value, Tensor):
                 raise TypeError(f"load_state_dict: the value of {key!r} is a {type(value).__name__}, not a Tensor")
-            if value.shape != target.shape:
-                if {value.shape, target.shape} != {(), (1,)}:
-                    raise ValueError(f"load_state_dict: shape mismatch for {key!r}: the model has shape {target.shape}"
-                                     f" but the state dict has shape {value.shape}")
+            if value.shape != target.shape:  # () and (1,): every other mismatch was raised above
                 value = value.reshape(target.shape)
             target.assign(_own_copy(value.cast(target.dtype).to(target.device), target))
             if consume and isinstance(state_dict, dict):
