@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from torch_compare import compare
 
 from plygrad.frontend import Tensor, dtypes
-from plygrad.ir import DTypeError
+from plygrad.ir import DTypeError, ShapeError
 
 FEW = settings(max_examples=2, deadline=None)
 INF, NAN = math.inf, math.nan
@@ -265,6 +265,26 @@ def test_bitcast_reinterprets_bytes(src: str, dst: str) -> None:
     np.testing.assert_array_equal(got.numpy(), np.asarray(want))
 
 
-def test_bitcast_needs_the_same_itemsize() -> None:
-    with pytest.raises(DTypeError, match=r"bitcast.*itemsize"):
-        Tensor(np.ones(4, np.float32)).bitcast(dtypes.int16)
+@pytest.mark.parametrize(("src", "dst"), [("float32", "uint8"), ("float32", "float64"), ("uint8", "float32"),
+                                          ("float16", "int64"), ("int64", "int16"), ("float32", "bfloat16")])
+def test_bitcast_to_another_size_scales_the_last_axis_like_torch_view(src: str, dst: str) -> None:
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype(src) if src.startswith("float") else ints(src, 24)
+    x = x.reshape(3, 8)
+    got = Tensor(x).bitcast(getattr(dtypes, dst))
+    want = torch.from_numpy(x).view(getattr(torch, dst))
+    assert got.dtype is getattr(dtypes, dst) and got.shape == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), (want.float() if dst == "bfloat16" else want).numpy())
+
+
+def test_bitcast_of_a_view_to_another_size_is_torch_view_of_its_copy() -> None:
+    x = np.random.default_rng(2).standard_normal((4, 6)).astype(np.float32)
+    got = Tensor(x).permute(1, 0)[:, ::2].bitcast(dtypes.uint16)
+    want = torch.from_numpy(x).permute(1, 0)[:, ::2].contiguous().view(torch.uint16)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_bitcast_to_another_size_follows_torch_rules() -> None:
+    with pytest.raises(ShapeError, match=r"size\(-1\) must be divisible by 2 to view float32 as float64"):
+        Tensor(np.ones((2, 3), np.float32)).bitcast(dtypes.float64)
+    with pytest.raises(ShapeError, match=r"dim\(\) cannot be 0 to view float32 as uint8"):
+        Tensor(1.0).bitcast(dtypes.uint8)

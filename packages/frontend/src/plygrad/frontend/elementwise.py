@@ -323,13 +323,18 @@ def rshift(x: Tensor, other: Tensor | int, reverse: bool = False) -> Tensor:
 
 
 def bitcast(x: Tensor, dtype: DTypeLike) -> Tensor:
-    """The same bytes read as `dtype` (IR BITCAST); both dtypes must have one itemsize. No gradient flows."""
+    """The same bytes read as `dtype` (IR BITCAST), like `torch.Tensor.view(dtype)`: to a dtype of another size the
+    last axis scales (bitcast.py). A disk tensor takes it as a view of its file where it can (disk.py). No gradient
+    flows."""
+    from plygrad.frontend import bitcast, disk  # they build with Tensor methods
+
     dtype = to_dtype(dtype)
     if dtype is x.dtype:
         return x
+    if disk.is_disk(x.device):
+        return disk.bitcast(x, dtype)
     if dtype.itemsize != x.dtype.itemsize:
-        raise DTypeError(f"bitcast of a {x.dtype} tensor of shape {x.shape} to {dtype}: itemsizes "
-                         f"{x.dtype.itemsize} and {dtype.itemsize} differ; bitcast to a dtype of the same size")
+        return bitcast.resized_bitcast(x, dtype)
     return x._new(UOp(Ops.BITCAST, dtype, (x.uop,)))
 
 

@@ -10,6 +10,7 @@ and the fp8 types, which NumPy lacks, travel as their bit patterns.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -26,7 +27,7 @@ from plygrad.runtime import Buffer
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
 
-Data: TypeAlias = "Scalar | bytes | Sequence[Any] | np.ndarray[Any, Any]"
+Data: TypeAlias = "Scalar | bytes | Sequence[Any] | np.ndarray[Any, Any] | os.PathLike[str]"
 
 
 def numpy_dtype(dtype: DType) -> np.dtype[Any]:
@@ -59,6 +60,15 @@ def _fits(array: np.ndarray[Any, Any], dtype: DType) -> bool:
 def init_data(t: Tensor, data: Data | Tensor, dtype_like: DTypeLike | None, device: str | None) -> None:
     """Give the new tensor `t` the graph, device and inputs of `data` (`Tensor(data, dtype, device)`)."""
     dtype = None if dtype_like is None else to_dtype(dtype_like)  # a name fails here, at the call
+    if isinstance(data, os.PathLike):  # a file: its bytes as a uint8 DISK tensor, as tinygrad's Tensor(Path)
+        from plygrad.frontend import disk  # imports the Tensor layer
+
+        disk.from_path(t, data)
+        if dtype is not None or device is not None:
+            moved = t.bitcast(dtype) if dtype is not None else t
+            moved = moved.to(device) if device is not None else moved
+            t.uop, t.device, t.inputs = moved.uop, moved.device, moved.inputs
+        return
     if is_tensor(data):
         moved = data.to(device) if device is not None else data
         moved = moved.cast(dtype) if dtype is not None else moved

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from plygrad.frontend import indexing
+from plygrad.frontend import disk, indexing
 from plygrad.frontend.indexing import AnyIndex, Basic
 from plygrad.frontend.lazy import LazyTensor, Scalar, is_tensor
 from plygrad.ir import ShapeError, dtypes
@@ -142,7 +142,11 @@ def _unslice(t: Tensor, axis: int, n: int, picked: range) -> Tensor:
 def setitem(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...], value: LazyTensor | Scalar | Sequence[Any]) -> None:
     """`t[index] = value`: the selected elements are replaced by `value` (cast to t's dtype, broadcast to the
     selection's shape), in place. Built as a blend: the new value of the whole tensor is `where(written, new, old)`,
-    then assigned to t. With repeated indices the last write wins."""
+    then assigned to t. With repeated indices the last write wins. A disk tensor is written through the view
+    instead (disk.py: DISK computes no blend)."""
+    if disk.is_disk(x.device):
+        disk.setitem(x, index, value)
+        return
     update = _value_for(x, value, "setitem")
     mask_update = _masked_set(x, index, update)
     new = mask_update if mask_update is not None else _indexed_set(x, index, update)

@@ -21,6 +21,7 @@ from plygrad.frontend import (
     compat,
     conv,
     creation,
+    disk,
     elementwise,
     host,
     indexing,
@@ -90,18 +91,38 @@ class Tensor(LazyTensor):
     def realize(self, *others: Tensor) -> Tensor:
         """Compute this tensor (and `others`) in one schedule; afterwards each reads its own output Buffer
         (realization.py)."""
-        realization.realize((self, *others))
+        tensors = (self, *others)
+        for t in tensors:
+            if disk.is_disk(t.device):  # no schedule for those: a disk tensor is a view of its file (disk.py)
+                for d in tensors:
+                    if disk.is_disk(d.device):
+                        disk.realize(d)
+                tensors = tuple(d for d in tensors if not disk.is_disk(d.device))
+                break
+        if tensors:
+            realization.realize(tensors)
         return self
 
+    def assign(self, value: LazyTensor | Scalar) -> Tensor:
+        """Write `value` into this tensor in place and return it (LazyTensor.assign; into a disk tensor the bytes
+        go into its file at once, disk.py)."""
+        if disk.is_disk(self.device):
+            return disk.write(self, value)
+        return super().assign(value)
+
     def to(self, device: str) -> Tensor:
-        """This tensor on `device` (a COPY when it is another device)."""
+        """This tensor on `device` (a COPY when it is another device; to or from DISK, disk.py)."""
         target = resolve_device(device)
         if target == self.device:
             return self
+        if disk.is_disk(target) or disk.is_disk(self.device):
+            return disk.to_device(self, target)
         uop, requires_grad = self._derived_grad(UOp(Ops.COPY, self.dtype, (self.uop,), target), self)
         return Tensor._make(uop, target, self.inputs, requires_grad)
 
     def _buffer(self) -> Buffer:
+        if disk.is_disk(self.device):  # read through a copy: DISK computes nothing, not even a strided view
+            return disk.to_device(self, disk.compute_device()).realize()._buffer()
         self.realize()
         if not self._is_realized():  # a view written by an assign stays a view: read it through a copy
             return self._make(self.uop, self.device, self.inputs).realize()._buffer()
