@@ -150,3 +150,17 @@ def test_load_state_dict_not_strict_still_refuses_a_shape_mismatch_as_torch() ->
     with pytest.raises(StateDictError, match=r"Shape mismatch for 'a\.weight'") as caught:
         load_state_dict(TwoLayers(), {k: Tensor.zeros(*s) for k, s in shapes.items()}, strict=False)
     assert "Missing" not in str(caught.value) and "strict=False" not in str(caught.value)
+
+
+def test_assign_takes_a_numpy_array_or_a_list_in_the_tensor_s_dtype_as_tinygrad() -> None:
+    """tinygrad's `assign(x)` makes `Tensor(x, device=self.device, dtype=self.dtype)` of anything that is not a
+    Tensor; NumPy's `a[...] = x` casts the same way."""
+    t = Tensor.zeros(2, 3).contiguous().realize()
+    values = RNG.standard_normal((2, 3))  # float64, into float32
+    assert t.assign(values) is t and t.dtype is dtypes.float32
+    want = np.zeros((2, 3), np.float32)
+    want[...] = values
+    np.testing.assert_array_equal(t.numpy(), want)
+    counts = Tensor.zeros(2, 3, dtype=dtypes.int32).contiguous().realize()
+    counts.assign([[1, 2, 3]])  # broadcast, as a Tensor value is
+    np.testing.assert_array_equal(counts.numpy(), np.broadcast_to(np.array([[1, 2, 3]], np.int32), (2, 3)))

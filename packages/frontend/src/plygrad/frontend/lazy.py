@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeGuard
 
+import numpy as np
+
 from plygrad.frontend.modes import ModeFlags
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.symbolic import has_sym, split_symbolic
@@ -286,6 +288,9 @@ class LazyTensor(metaclass=ModeFlags):
         shape, dtype and device; a Python scalar is broadcast. The write is recorded for autograd like any op
         (gradients flow to `value`), except into a leaf that requires grad, which stays a leaf.
         """
+        if isinstance(value, np.ndarray | list | tuple):  # tinygrad's assign takes what Tensor() takes, as its dtype
+            constructor: Any = type(self)
+            value = constructor(value, dtype=self.dtype, device=self.device)
         if isinstance(value, LazyTensor):
             if value.device != self.device:
                 raise ValueError(f"assign: the value is on {value.device} but the tensor is on {self.device}; move "
@@ -299,7 +304,8 @@ class LazyTensor(metaclass=ModeFlags):
         elif isinstance(value, (bool, int, float)):
             value = self._const(value)
         else:
-            raise TypeError(f"assign: unsupported value type {type(value).__name__} (use a Tensor or a Python scalar)")
+            raise TypeError(f"assign: unsupported value type {type(value).__name__} (use a Tensor, a NumPy array, a "
+                            "list or a Python scalar)")
         if value.uop is self.uop:
             return self
         requires_grad: bool | None
