@@ -205,6 +205,12 @@ def is_tensor(obj: object) -> TypeGuard[Tensor]:
     return isinstance(obj, LazyTensor)
 
 
+def _is_host_data(value: object) -> bool:
+    """Data `Tensor()` takes that is not a tensor or a scalar (what `assign` converts; a plain bool, not a TypeGuard:
+    `assign`'s annotation names only what its callers pass most)."""
+    return isinstance(value, np.ndarray | list | tuple)
+
+
 class LazyTensor(metaclass=ModeFlags):
     """The lazy graph node behind a Tensor; the ops are bound onto Tensor from their modules.
 
@@ -288,7 +294,7 @@ class LazyTensor(metaclass=ModeFlags):
         shape, dtype and device; a Python scalar is broadcast. The write is recorded for autograd like any op
         (gradients flow to `value`), except into a leaf that requires grad, which stays a leaf.
         """
-        if isinstance(value, np.ndarray | list | tuple):  # tinygrad's assign takes what Tensor() takes, as its dtype
+        if _is_host_data(value):  # tinygrad's assign takes what Tensor() takes, as its dtype
             constructor: Any = type(self)
             value = constructor(value, dtype=self.dtype, device=self.device)
         if isinstance(value, LazyTensor):
