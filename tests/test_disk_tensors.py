@@ -224,3 +224,56 @@ def test_torch_load_reads_only_the_tensors_used(tmp_path: pathlib.Path) -> None:
     np.testing.assert_array_equal(loaded["bias"].numpy(), state["bias"].numpy())
     assert COUNTERS.read == (12 + 5 * 2) * 4  # not the 4 MiB embedding
     np.testing.assert_array_equal(loaded["embed"][3].numpy(), state["embed"][3].numpy())
+
+
+def _random_view(rng: np.random.Generator, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    """A random basic index of `shape`: per axis an int, or a slice with a random start, stop and step (either
+    sign)."""
+    index: list[Any] = []
+    for n in shape:
+        if rng.random() < 0.2:
+            index.append(int(rng.integers(-n, n)))
+            continue
+        step = int(rng.choice([-3, -2, -1, 1, 2, 3, 4]))
+        start, stop = sorted(int(v) for v in rng.integers(0, n + 1, 2))
+        index.append(slice(start, stop, step) if step > 0 else slice(stop - 1 if stop else None, start - 1 if start
+                                                                       else None, step))
+    return tuple(index)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_writes_through_random_strided_views_match_numpy(tmp_path: pathlib.Path, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    path = tmp_path / "r.bin"
+    want = np.zeros((4, 6, 5), np.float32)
+    want.tofile(path)
+    t = _on_disk(path).reshape(4, 6, 5)
+    for _ in range(6):
+        index = _random_view(rng, want.shape)
+        view = t[index]
+        if rng.random() < 0.5 and view.ndim >= 2:
+            view, reference = view.transpose(0, 1), want[index].swapaxes(0, 1)
+        else:
+            reference = want[index]
+        assert view.shape == reference.shape, index
+        value = rng.standard_normal(reference.shape).astype(np.float32)
+        view.assign(Tensor(value))
+        reference[...] = value
+        np.testing.assert_array_equal(np.fromfile(path, np.float32).reshape(want.shape), want, err_msg=str(index))
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_reads_through_random_strided_views_match_numpy(tmp_path: pathlib.Path, seed: int) -> None:
+    rng = np.random.default_rng(10 + seed)
+    path = tmp_path / "r.bin"
+    values = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    values.tofile(path)
+    t = _on_disk(path).reshape(4, 6, 5)
+    for _ in range(2):
+        index = _random_view(rng, values.shape)
+        want = values[index]
+        COUNTERS.reset()
+        np.testing.assert_array_equal(t[index].numpy(), want, err_msg=str(index))
+        if want.size:  # it reads no more than the bytes from its first element to its last
+            offsets = np.arange(values.size).reshape(values.shape)[index]
+            assert COUNTERS.read <= (int(offsets.max()) - int(offsets.min()) + 1) * 4, index

@@ -155,6 +155,9 @@ def _value_bytes(value: LazyTensor | Scalar, dtype: DType, shape: tuple[int, ...
 
 def write(t: Tensor, value: LazyTensor | Scalar, op: str = "assign") -> Tensor:
     """Write `value` into the bytes of the file the disk tensor `t` views, now; returns `t` (which reads them)."""
+    if not t.numel():  # nothing to write (an empty view may not even read its buffer): only the value is checked
+        _value_bytes(value, t.dtype, t.shape, op)
+        return t
     view = file_view(t.uop)
     writable = isinstance(view, Strided) and view.itemsize == t.dtype.itemsize and not view.bounds and not any(
         s == 0 and n > 1 for n, s in zip(view.shape, view.strides, strict=True))
