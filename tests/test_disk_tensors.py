@@ -277,3 +277,13 @@ def test_reads_through_random_strided_views_match_numpy(tmp_path: pathlib.Path, 
         if want.size:  # it reads no more than the bytes from its first element to its last
             offsets = np.arange(values.size).reshape(values.shape)[index]
             assert COUNTERS.read <= (int(offsets.max()) - int(offsets.min()) + 1) * 4, index
+
+
+def test_data_made_on_disk_is_in_the_file_before_any_view_reads_it(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "made.bin"
+    Tensor([7.0, 8.0], device=f"disk:{path}").realize()  # realize() writes the file
+    np.testing.assert_array_equal(np.fromfile(path, np.float32), [7, 8])
+    t = Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], device=f"disk:{path}")
+    np.testing.assert_array_equal(t[1].numpy(), [4.0, 5.0, 6.0])
+    np.testing.assert_array_equal(np.fromfile(path, np.float32), [1, 2, 3, 4, 5, 6])
+    np.testing.assert_array_equal(t.numpy(), [[1, 2, 3], [4, 5, 6]])

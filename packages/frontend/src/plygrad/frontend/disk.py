@@ -28,6 +28,7 @@ import numpy as np
 
 from plygrad.frontend.disk_view import Strided, file_view, is_disk, spans
 from plygrad.frontend.lazy import buffer_view, default_device, movement
+from plygrad.frontend.realize_state import STATE
 from plygrad.ir import DType, DTypeError, Ops, ShapeError, UOp, dtypes
 from plygrad.runtime import Buffer
 
@@ -51,8 +52,11 @@ def disk_device(path: str | os.PathLike[str]) -> str:
 
 # ---- reading ----------------------------------------------------------------------------------------------------
 def _disk_buffer(t: LazyTensor, node: UOp) -> Buffer:
+    """The disk Buffer the BUFFER node `node` of `t`'s graph names, with any data staged for it written first
+    (`Tensor(data, device="disk:...")` stages it like any tensor made from data; views of it must see it)."""
     for buf in t.inputs:
         if buf.id == node.arg.id:
+            STATE.flush((buf,))
             return buf
     raise RuntimeError(f"disk tensor of shape {t.shape}: its graph reads buffer {node.arg.id}, which is not among "
                        "its inputs")
@@ -98,7 +102,8 @@ def to_device(t: Tensor, device: str) -> Tensor:
 
 def realize(t: Tensor) -> None:
     """`t.realize()` of a disk tensor: a contiguous view becomes a plain view of its file (nothing is read); other
-    graphs cannot be computed on DISK."""
+    graphs cannot be computed on DISK. Data staged for the tensor's file is written to it."""
+    STATE.flush(t.inputs)
     if t._is_realized():
         return
     sub = contiguous_view(t)
