@@ -15,8 +15,10 @@ import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Final, TypeAlias
 
+from plygrad.frontend import view_write
 from plygrad.frontend.gradient_marks import substitute_keeping_marks, wants_contiguous_gradient
 from plygrad.frontend.lazy import LazyTensor, const_uop, default_device, is_gradient_stop, movement, shape_of
+from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.weaklist import WeakList
 from plygrad.ir import DType, Ops, UOp, dtypes
 from plygrad.ir.shape import dim_add, dim_sub, resolved_arg
@@ -65,16 +67,59 @@ def record_realized(view: UOp, graph: UOp, inputs: frozenset[Buffer]) -> None:
 
 def unrealized(root: UOp) -> tuple[UOp, frozenset[Buffer]]:
     """`root` with every realized view that requires grad replaced by the graph that computed it (repeatedly, as
-    those graphs may read other such views), and the Buffers those graphs read."""
+    those graphs may read other such views), every ASSIGN by the value it writes (the values a read of it sees;
+    the write itself is no part of a gradient), and the Buffers those graphs read."""
     inputs: frozenset[Buffer] = frozenset()
-    while REALIZED:
-        found = {n: REALIZED[n] for n in root.sparents() if n.op is Ops.RESHAPE and n in REALIZED}
+    while True:
+        root = _without_writes(root)
+        found = {n: REALIZED[n] for n in root.sparents() if n.op is Ops.RESHAPE and n in REALIZED} if REALIZED else {}
         if not found:
             break
         inputs = inputs.union(*(i for _, i in found.values()))
         # detach() and contiguous_backward() marks above a swapped view must survive the rebuild
         root = substitute_keeping_marks(root, {n: g for n, (g, _) in found.items()})
     return root, inputs
+
+
+def _without_writes(root: UOp) -> UOp:
+    """`root` with each ASSIGN replaced by its value (again while values hold ASSIGNs: they are not walked), but
+    for a pending write into a leaf, which is that leaf's node (gradients are asked for it)."""
+    leaves: set[UOp] | None = None
+    while True:
+        writes = {n: n.src[1] for n in root.sparents() if n.op is Ops.ASSIGN}
+        if writes:
+            if leaves is None:
+                leaves = {t.uop for t in LEAVES.values()}
+            writes = {n: v for n, v in writes.items() if n not in leaves}
+        if not writes:
+            return root
+        root = substitute_keeping_marks(root, writes)
+
+
+def record_write(chain: view_write.ViewChain, value: UOp, inputs: frozenset[Buffer],
+                 wants: bool) -> tuple[UOp, UOp] | None:
+    """A write of `value` through the view `chain` is being made: when the value requires grad (`wants`) or the
+    buffer's base view has a graph here, the tensor after the write gets a node of its own (view_write.new_version)
+    whose graph is the old one (or the buffer's own contents) with `value` blended in where it is written. Returns
+    (the base view, its new version), or None when nothing is recorded. A view of a leaf that requires grad cannot
+    be written (RuntimeError, as in PyTorch: the leaf would no longer be what gradients are taken for)."""
+    found = view_write.base_view(chain, lambda n: n in REALIZED or STATE.is_version(n))
+    if found is None:
+        return None
+    above, base = found
+    if above and any(t.uop is base and t._requires_grad for t in LEAVES.values()):
+        raise RuntimeError(f"assign: a view of a leaf tensor that requires grad (shape {shape_of(base)}) cannot be "
+                           "written in place while gradients are recorded; do it under `with no_grad():`, or on a "
+                           "clone()")
+    prior = REALIZED.get(base)
+    if prior is None and not wants:
+        return None
+    old, old_inputs = prior if prior is not None else (base, frozenset())
+    if prior is not None:  # a value computed from the tensor read it before this write: that graph
+        value = substitute_keeping_marks(value, {base: old})
+    version = view_write.new_version(base)
+    REALIZED[version] = (view_write.blend(value, above, old), old_inputs | inputs)
+    return base, version
 
 
 # ---- building blocks --------------------------------------------------------------------------------------------

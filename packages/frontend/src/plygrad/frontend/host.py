@@ -99,6 +99,7 @@ def init_data(t: Tensor, data: Data | Tensor, dtype_like: DTypeLike | None, devi
     buf = Buffer(t.device, int(array.size), dt)
     STATE.stage(buf, np.ascontiguousarray(host).tobytes())
     t.uop, t.inputs = buffer_view(buf, tuple(array.shape)), frozenset((buf,))
+    STATE.add_reader(t)
     autograd.record_undecided(t)
 
 
@@ -110,6 +111,7 @@ def _init_bytes(t: Tensor, raw: bytes, dtype: DType) -> None:
     buf = Buffer(t.device, len(raw) // dtype.itemsize, dtype)
     STATE.stage(buf, raw)
     t.uop, t.inputs = buffer_view(buf, (buf.size,)), frozenset((buf,))
+    STATE.add_reader(t)
     autograd.record_undecided(t)
 
 

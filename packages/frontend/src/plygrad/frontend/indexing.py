@@ -328,7 +328,10 @@ def _basic_getitem(t: Tensor, index: Index | tuple[Index, ...]) -> Tensor:
             final.append(n)
             axis += 1
             continue
-        if isinstance(item, int):
+        if isinstance(item, slice) and symbolic_slice(item):
+            x = x.shrink(_along(x.ndim, axis, symbolic_bounds(item, n, t.shape)))
+            final.append(x.shape[axis])
+        elif isinstance(item, int):
             if not -n <= item < n:
                 raise IndexError(f"index {item} is out of bounds for axis {axis} with size {n} "
                                  f"(tensor of shape {t.shape})")
@@ -338,6 +341,23 @@ def _basic_getitem(t: Tensor, index: Index | tuple[Index, ...]) -> Tensor:
             final.append(x.shape[axis])
         axis += 1
     return x.reshape(tuple(final))
+
+
+def symbolic_slice(item: slice) -> bool:
+    """A slice with a symbolic bound (`cache[:, start_pos:start_pos + 1]`, start_pos a bound Variable)."""
+    return is_sym(item.start) or is_sym(item.stop) or is_sym(item.step)
+
+
+def symbolic_bounds(item: slice, n: int, shape: tuple[int, ...]) -> tuple[Any, Any]:
+    """(start, stop) of a slice with a symbolic bound along an axis of size n: step 1, and the int bounds
+    non-negative (where a symbolic stop lands cannot be known in Python, so no counting from the end)."""
+    if item.step not in (None, 1):
+        raise IndexError(f"a slice with a symbolic bound must have step 1, got {item!r} (tensor of shape {shape})")
+    start, stop = 0 if item.start is None else item.start, n if item.stop is None else item.stop
+    if any(type(b) is int and b < 0 for b in (start, stop)):
+        raise IndexError(f"a slice with a symbolic bound cannot count from the end, got {item!r} (tensor of shape "
+                         f"{shape}); use non-negative bounds")
+    return start, stop
 
 
 def _slice_axis(t: Tensor, axis: int, item: slice) -> Tensor:

@@ -14,7 +14,7 @@ import math
 import weakref
 from collections.abc import Iterable, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeGuard
+from typing import TYPE_CHECKING, Any, Final, Self, TypeAlias, TypeGuard, cast
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from plygrad.ir import (
     ConstType,
     DType,
     DTypeError,
+    GroupOp,
     Ops,
     ShapeError,
     SizeTypeError,
@@ -288,11 +289,13 @@ class LazyTensor(metaclass=ModeFlags):
     def assign(self, value: LazyTensor | Scalar) -> Self:
         """Write `value` into this tensor in place and return it (PyTorch's `copy_`, tinygrad's `assign`).
 
-        When this tensor is a view of a Buffer (possibly reshaped, permuted, shrunk or flipped) the result is an
-        ASSIGN node: realizing it writes into that memory, so every view of the buffer sees the new values. A lazy
-        tensor (a graph with no memory of its own) just takes `value`'s graph. `value` must have this tensor's
-        shape, dtype and device; a Python scalar is broadcast. The write is recorded for autograd like any op
-        (gradients flow to `value`), except into a leaf that requires grad, which stays a leaf.
+        When this tensor is a view of a Buffer (through any movement ops but EXPAND, possibly over a pending
+        assign) the result is an ASSIGN node: realizing it writes into that memory, so every view of the buffer sees
+        the new values (view_write.py says where a view with padding writes). A lazy tensor (a graph with no memory
+        of its own) just takes `value`'s graph; a *view* of a lazy tensor cannot write into it and raises. `value`
+        must have this tensor's dtype and device and broadcast to its shape; a Python scalar is broadcast. The write
+        is recorded for autograd (gradients flow to `value` where it was written, and to the old contents elsewhere,
+        through every later read of the buffer), except into a leaf that requires grad, which stays a leaf.
         """
         if _is_host_data(value):  # tinygrad's assign takes what Tensor() takes, as its dtype
             constructor: Any = type(self)
@@ -305,8 +308,11 @@ class LazyTensor(metaclass=ModeFlags):
                 raise DTypeError(f"assign: a {value.dtype.name} value into a {self.dtype.name} tensor; cast it "
                                  f"with .cast(dtypes.{self.dtype.name}) first")
             if value.shape != self.shape:
-                raise ShapeError(f"assign: a value of shape {value.shape} into a tensor of shape {self.shape}; "
-                                 "reshape or expand it first")
+                try:
+                    value = value._broadcast_to(self.shape)
+                except ShapeError:
+                    raise ShapeError(f"assign: a value of shape {value.shape} into a tensor of shape {self.shape}; "
+                                     "it must broadcast to the tensor's shape") from None
         elif isinstance(value, (bool, int, float)):
             value = self._const(value)
         else:
@@ -314,22 +320,65 @@ class LazyTensor(metaclass=ModeFlags):
                             "list or a Python scalar)")
         if value.uop is self.uop:
             return self
+        from plygrad.frontend import view_write  # imports this module
+
         requires_grad: bool | None
         if self._is_grad_leaf():  # a leaf keeps its identity: the value's history does not flow into it
             new_uop, requires_grad = (stop_gradient(value.uop) if value._requires_grad else value.uop), True
         else:
             new_uop, requires_grad = self._derived_grad(value.uop, value)
-            if not requires_grad and self._requires_grad is None:
+            if self._requires_grad and not type(self).no_grad:  # overwritten, it still requires grad (PyTorch)
+                requires_grad = True
+            elif not requires_grad and self._requires_grad is None:
                 requires_grad = None
-        target = buffer_target(self.uop)
-        if target is None:
+        chain = view_write.view_chain(self.uop)
+        if chain is not None and chain.base.op is Ops.ASSIGN:
+            # a view of a tensor whose own write has not run: that write goes first (an ASSIGN cannot store
+            # through another), then this one is a write into the buffer like any other
+            from plygrad.frontend import realization  # imports this module
+
+            realization.run_pending_writes(self)
+            chain = view_write.view_chain(self.uop)
+        if chain is None:
+            if self.uop.op in GroupOp.Movement and not view_write.is_movement_of_constant(self.uop):
+                raise RuntimeError(f"assign: this tensor (shape {self.shape}) is a view of a tensor that is not "
+                                   "realized, so it has no memory to write into and the write would be lost; "
+                                   "realize() the tensor it is a view of first, or write with `t[index] = value`")
             self.uop, self.inputs = new_uop, value.inputs
         else:
-            self.uop = UOp(Ops.ASSIGN, self.dtype, (target, new_uop))
-            self.inputs = self.inputs | value.inputs
-            STATE.record_assign(written_buffer(target).arg.id, self)
+            version = self._record_write(chain, new_uop, value)  # may rebind this tensor's node too
+            if version is not None:  # this tensor and the write's target read the version after the write
+                base, node, _ = version
+                chain = view_write.view_chain(chain.top.substitute({base: node, node.src[0].src[0]: node}))
+                assert chain is not None
+            above, target = view_write.split_writable(chain)
+            if above:
+                # a view with padding: the blend is written below it, now (this tensor stays that view, which reads
+                # the written memory); running it here keeps the write in program order with those around it
+                from plygrad.frontend import realization  # imports this module
+
+                blended = view_write.blend(new_uop, above, target)
+                writer = self._make(UOp(Ops.ASSIGN, self.dtype, (target, blended)), self.device,
+                                    self.inputs | value.inputs)
+                STATE.record_assign(written_buffer(target).arg.id, writer)
+                if version is not None:
+                    STATE.record_version(written_buffer(target).arg.id, writer, version[1],
+                                         None if version[2] else version[1].src[0].src[0])
+                realization.realize([cast("Tensor", writer)])
+                self.uop = chain.top
+            else:
+                self.uop = UOp(Ops.ASSIGN, self.dtype, (target, new_uop))
+                self.inputs = self.inputs | value.inputs
+                STATE.record_assign(written_buffer(target).arg.id, self)
+                if version is not None:
+                    STATE.record_version(written_buffer(target).arg.id, self, version[1],
+                                         None if version[2] else version[1].src[0].src[0])
         self._requires_grad = requires_grad
         return self
+
+    def _record_write(self, chain: Any, value_uop: UOp, value: LazyTensor) -> tuple[UOp, UOp, bool] | None:
+        """Overridden by Tensor: the node the written tensor is read through after this write (view_write.py)."""
+        return None
 
     def _is_grad_leaf(self) -> bool:
         """Overridden by Tensor (autograd keeps the registry of leaves)."""
@@ -401,19 +450,6 @@ class LazyTensor(metaclass=ModeFlags):
     def contiguous(self) -> Self:
         """A tensor stored in its own buffer in row-major order (a fusion boundary for the scheduler)."""
         return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-
-
-_WRITABLE_VIEWS: Final = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.SHRINK, Ops.FLIP})
-
-def buffer_target(uop: UOp) -> UOp | None:
-    """The view of a Buffer that an assign into `uop` writes through (its pending ASSIGN's target if it has one),
-    or None when `uop` has no memory to write (a lazy graph, or a padded or expanded view)."""
-    if uop.op is Ops.ASSIGN:
-        uop = uop.src[0]
-    node = uop
-    while node.op in _WRITABLE_VIEWS:
-        node = node.src[0]
-    return uop if node.op is Ops.BUFFER else None
 
 
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)

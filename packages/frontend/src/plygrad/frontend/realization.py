@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from plygrad.frontend import autograd, scheduling
 from plygrad.frontend.lazy import is_tensor, output_view, placed
@@ -50,8 +50,9 @@ def realize(tensors: Sequence[Tensor]) -> None:
         else:  # nothing to compute: an empty buffer of the right dtype
             point_at(t, Buffer(t.device, 0, t.dtype))
     if computed:
-        if assigning:
-            computed += _old_value_readers(computed)
+        # asked whatever the pending table says: a pending assign run by `_run_pending_assigns` has left the table
+        # by the time its own realize gets here, and its old values' readers must still be computed before it
+        computed += _old_value_readers(computed)
         inputs = computed[0].inputs if len(computed) == 1 else frozenset().union(*(t.inputs for t in computed))
         outputs = scheduling.run([placed(t.uop, t.device, t.inputs) for t in computed], inputs)
         claimed: set[int] = set()
@@ -85,6 +86,8 @@ def point_at(t: LazyTensor, buf: Buffer) -> None:
             # was computed, not this one
             del autograd.REALIZED[t.uop]
         autograd.record_undecided(t)  # a realized undecided tensor is a leaf for tinygrad-style backward()
+    if not t.inputs:  # it reads a Buffer from now on: a reader (a write through a view finds it there)
+        STATE.add_reader(t)
     t.inputs = frozenset((buf,))
 
 
@@ -109,14 +112,29 @@ def _old_value_readers(computed: Sequence[Tensor]) -> list[Tensor]:
                if base.op is Ops.ASSIGN}
     if not written:
         return []
+    after = STATE.pending_versions(written)
     found: list[Tensor] = []
     for reader in STATE.readers():
         if (not is_tensor(reader) or any(reader is t for t in computed) or reader._is_realized() or reader.numel() == 0
                 or not any(buf.id in written for buf in reader.inputs)):
             continue
-        # a graph that contains an ASSIGN into the buffer reads the written values: it runs after the write
-        if any(node.op is Ops.ASSIGN and written_buffer(node.src[0]).arg.id in written
-               for node in reader.uop.sparents()):
+        # an ASSIGN that already ran is read from memory: the reader reads the buffer's values before this write
+        done = STATE.done_assigns_in(reader.uop) if STATE.any_done_assigns() else {}
+        # a graph that contains a pending ASSIGN into the buffer reads the written values: it runs after the write;
+        # so does one built after a write through a view: it reads the version after it
+        if any((node.op is Ops.ASSIGN and node not in done and written_buffer(node.src[0]).arg.id in written)
+               or node in after for node in reader.uop.sparents()):
             continue
+        if done:
+            reader.uop = reader.uop.substitute(done)
         found.append(reader)
     return found
+
+
+def run_pending_writes(t: LazyTensor) -> None:
+    """Run the pending assigns into the buffers `t` reads and make `t` read their results from memory (an assign
+    into a view of a tensor whose own write is pending needs that write done first)."""
+    _run_pending_assigns([cast("Tensor", t)])
+    done = STATE.done_assigns_in(t.uop)
+    if done:
+        t.uop = t.uop.substitute(done)

@@ -6,6 +6,8 @@ methods below. The algorithm that uses it, `realize()`, reads top to bottom in r
 - **pending assigns**: buffer id -> the tensors holding an ASSIGN into it that has not run. Written by
   `Tensor.assign`; realize runs them first for any buffer it reads. Held strongly: `x[1:3].assign(v)` drops its
   tensor at once, and the write must still happen.
+- **versions**: buffer id -> the pending writes through a view and the node the written tensor is read through
+  after each (view_write.py): a graph holding it was built after the write, so it is no old-value reader.
 - **done assigns**: ASSIGN nodes already run -> their target view. A graph built while one was pending still holds
   it; realize replaces the node by the view so the write is not done twice.
 - **readers**: every live tensor whose graph reads a Buffer (weakly). Before an ASSIGN into a buffer runs, realize
@@ -63,6 +65,12 @@ class RealizeState:
         # Python code. Set after an insert; cleared before the table is found empty, so a racing insert always
         # leaves it set
         self._maybe_done_assigns = False
+        # buffer id -> (the tensor holding a pending write through a view, the node its tensors read after it):
+        # a graph holding that node was built after the write and reads the written values
+        self._versions: dict[int, list[tuple[LazyTensor, UOp]]] = {}
+        # version node of a write made without autograd -> the node it was made over: once its write ran, the next
+        # write's version is made over that node again, so versions do not pile up (a KV cache written every step)
+        self._plain_versions: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
         # every tensor that reads a Buffer is added (thousands per model forward): a WeakList, not a WeakSet
         self._readers: WeakList[LazyTensor] = WeakList(MIN_READERS_SWEEP)
         # buffer id -> (the Buffer, weakly; its data): a plain dict, so that a realize asks it at C speed whether
@@ -100,11 +108,38 @@ class RealizeState:
         """The ASSIGN `node` (held by `tensor`) ran: later graphs read `target` instead, and it is not pending."""
         self._done_assigns[node] = target
         self._maybe_done_assigns = True
+        versions = [entry for entry in self._versions.get(buffer_id, []) if entry[0] is not tensor]
+        if versions:
+            self._versions[buffer_id] = versions
+        else:
+            self._versions.pop(buffer_id, None)
         waiting = [t for t in self._pending_assigns.get(buffer_id, []) if t is not tensor]
         if waiting:
             self._pending_assigns[buffer_id] = waiting
         else:
             self._pending_assigns.pop(buffer_id, None)
+
+    def record_version(self, buffer_id: int, writer: LazyTensor, node: UOp, over: UOp | None) -> None:
+        """The pending write held by `writer` into buffer `buffer_id` is read after it through `node` (made over
+        `over` when autograd keeps no graph for it)."""
+        self._versions.setdefault(buffer_id, []).append((writer, node))
+        if over is not None:
+            self._plain_versions[node] = over
+
+    def pending_versions(self, buffer_ids: set[int]) -> set[UOp]:
+        """The nodes that read these buffers after a write into them that has not finished."""
+        return {node for b in buffer_ids & self._versions.keys() for _, node in self._versions[b]}
+
+    def is_version(self, node: UOp) -> bool:
+        """Whether `node` was made as the version of a tensor after a write without autograd."""
+        return node in self._plain_versions
+
+    def settled_base(self, node: UOp) -> UOp:
+        """`node`, or the node a plain version was made over once its write has run (see `_plain_versions`)."""
+        over = self._plain_versions.get(node)
+        if over is None or any(node is n for entries in self._versions.values() for _, n in entries):
+            return node
+        return over
 
     def any_pending_assigns(self) -> bool:
         """Whether some tensor holds an assign that has not run."""
@@ -231,6 +266,7 @@ class RealizeState:
     def shutdown(self) -> None:
         """Let go of pending assigns: their tensors' Buffers must go before shutdown tears down the backends."""
         self._pending_assigns.clear()
+        self._versions.clear()
 
 
 STATE: Final = RealizeState()

@@ -18,6 +18,7 @@ from plygrad.frontend import disk, indexing
 from plygrad.frontend.indexing import AnyIndex, Basic
 from plygrad.frontend.lazy import LazyTensor, Scalar, is_tensor
 from plygrad.ir import ShapeError, dtypes
+from plygrad.ir.shape import dim_sub
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -104,13 +105,20 @@ def _unview(x: Tensor, basic: list[Basic], view_new: Tensor) -> Tensor:
     """Put `view_new` (new values of the basic view `self[basic]`) back into `self`'s shape: each basic step
     undone by movement ops (PAD where the view cut, a PAD of an inserted axis where it strided, FLIP where it
     reversed), and the same done to a true mask to know which elements the view covers."""
-    kept_shape: list[int] = []
-    plan: list[tuple[int, range]] = []
+    kept_shape: list[Any] = []
+    plan: list[tuple[int, range | tuple[Any, Any]]] = []
     axis = 0
     for item in basic:
         if item is None:
             continue
         n = x.shape[axis]
+        picked: range | tuple[Any, Any]
+        if isinstance(item, slice) and indexing.symbolic_slice(item):
+            picked = indexing.symbolic_bounds(item, n, x.shape)
+            kept_shape.append(dim_sub(picked[1], picked[0]))
+            plan.append((n, picked))
+            axis += 1
+            continue
         picked = range(item % n, item % n + 1) if isinstance(item, int) else range(*item.indices(n))
         kept_shape.append(len(picked))
         plan.append((n, picked))
@@ -122,8 +130,12 @@ def _unview(x: Tensor, basic: list[Basic], view_new: Tensor) -> Tensor:
     return covered.where(values, x)
 
 
-def _unslice(t: Tensor, axis: int, n: int, picked: range) -> Tensor:
-    """The inverse of selecting `picked` (a non-empty range) along `axis`: size n again, zeros elsewhere."""
+def _unslice(t: Tensor, axis: int, n: int, picked: range | tuple[Any, Any]) -> Tensor:
+    """The inverse of selecting `picked` (a non-empty range, or symbolic (start, stop) bounds) along `axis`: size n
+    again, zeros elsewhere."""
+    if isinstance(picked, tuple):
+        start, stop = picked
+        return t.pad(indexing._along(t.ndim, axis, (start, dim_sub(n, stop))))
     count, step = len(picked), abs(picked.step)
     first = picked[0] if picked.step > 0 else n - 1 - picked[0]  # along the flipped axis for a negative step
     x = t
@@ -148,6 +160,12 @@ def setitem(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...], value: LazyTensor
         disk.setitem(x, index, value)
         return
     update = _value_for(x, value, "setitem")
+    items = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(item, slice) and indexing.symbolic_slice(item) for item in items):
+        # the blend's padding would have a size known only as an expression: write through the view instead,
+        # which a realized tensor has memory for (lazy.assign raises for a lazy one)
+        x[index].assign(update)
+        return
     mask_update = _masked_set(x, index, update)
     new = mask_update if mask_update is not None else _indexed_set(x, index, update)
     x.assign(new)

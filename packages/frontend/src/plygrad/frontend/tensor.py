@@ -37,6 +37,7 @@ from plygrad.frontend import (
     scheduling,
     setitem,
     transcendental,
+    view_write,
 )
 from plygrad.frontend import gather as gather_ops  # the modules named like one of their methods
 from plygrad.frontend import linear as linear_ops
@@ -49,6 +50,7 @@ from plygrad.frontend.lazy import (
     stop_gradient,
 )
 from plygrad.frontend.modes import grad_mode, training_mode
+from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.symbolic import symbolic_text
 from plygrad.ir import (
     DType,
@@ -178,10 +180,38 @@ class Tensor(LazyTensor):
     def _is_grad_leaf(self) -> bool:
         return bool(self._requires_grad) and autograd.is_leaf(self)
 
+    def _record_write(self, chain: Any, value_uop: UOp, value: LazyTensor) -> tuple[UOp, UOp, bool] | None:
+        """The node the written tensor is read through after this write, made over the buffer's base view: with a
+        graph for autograd when gradients are recorded and the value or the old contents need one
+        (autograd.record_write), else plain. The tensors that are that base view read the new node from now on,
+        and require grad when the value does (PyTorch: `o[1:2] = v` makes o require grad). Leaves keep their node
+        (it is what gradients are asked for). Returns (base, new node, whether autograd recorded it), or None for a
+        write of a whole tensor that autograd need not record (it becomes the ASSIGN itself: graphs built after it
+        hold it)."""
+        recorded = None
+        if not type(self).no_grad and not self._is_grad_leaf():
+            recorded = autograd.record_write(chain, value_uop, value.inputs, bool(value._requires_grad))
+        if recorded is not None:
+            base, version = recorded
+        else:
+            found = view_write.base_view(chain, STATE.is_version)
+            if found is None or not found[0]:  # a whole tensor written: it is the ASSIGN itself
+                return None
+            base = found[1]
+            settled = STATE.settled_base(base)
+            version = view_write.new_version(settled, base if settled is not base else None)
+        over = version.src[0].src[0]
+        for t in STATE.readers():
+            if (t.uop is base or t.uop is over) and not (isinstance(t, Tensor) and autograd.is_leaf(t)):
+                t.uop = version
+                if recorded is not None and value._requires_grad:
+                    t._requires_grad = True
+        return base, version, recorded is not None
+
     @property
     def is_leaf(self) -> bool:
         """Like PyTorch: tensors that do not require grad, and those whose requires_grad the user set."""
-        return not self._requires_grad or autograd.is_leaf(self)
+        return not self.requires_grad or autograd.is_leaf(self)
 
     def detach(self) -> Tensor:
         """The same values, cut from the graph: no gradient flows through the result (it shares this tensor's
