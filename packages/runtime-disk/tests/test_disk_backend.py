@@ -3,6 +3,7 @@ sub-buffer views at offsets, and the errors a user can act on. Contents are chec
 
 from __future__ import annotations
 
+import errno
 import os
 from array import array
 from pathlib import Path
@@ -97,15 +98,25 @@ def test_no_kernels_run_on_disk(tmp_path: Path) -> None:
         backend.compiler.compile("void f(void) {}")
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes read-only files anyway")
-def test_a_read_only_file_reads_but_refuses_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("error", [errno.EACCES, errno.EROFS])
+def test_a_file_that_cannot_be_written_reads_but_refuses_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 error: int) -> None:
     path = tmp_path / "ro.bin"
     path.write_bytes(b"\x05" * 8)
-    path.chmod(0o444)
+    real_open = os.open
+
+    def read_only_open(name: str, flags: int, *args: int) -> int:  # a read-only file, or file system (root too)
+        if flags & os.O_RDWR:
+            raise OSError(error, os.strerror(error), name)
+        return real_open(name, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only_open)
     buf = Buffer(f"disk:{path}", 8, dtypes.uint8)
     assert buf.copyout() == b"\x05" * 8
     with pytest.raises(BackendError, match="read-only"):
         buf.copyin(bytes(8))
+    with pytest.raises(BackendError, match="needs it to grow, and it is read-only"):
+        Buffer(f"disk:{path}", 16, dtypes.uint8).copyout()
 
 
 def test_a_device_argument_must_look_like_a_path() -> None:
@@ -132,3 +143,8 @@ class _NoViews(Allocator[bytearray]):
 def test_allocators_without_views_say_so() -> None:
     with pytest.raises(BackendError, match="no sub-buffer views"):
         _NoViews().offset(bytearray(8), 4, 4)
+
+
+def test_a_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="cannot open"):
+        Buffer(f"disk:{tmp_path / 'no' / 'such.bin'}", 4, dtypes.uint8).copyout()

@@ -206,4 +206,5 @@ def from_path(t: Tensor, path: os.PathLike[str]) -> None:
     """`Tensor(pathlib.Path(f))`: the file's bytes as a 1-d uint8 disk tensor (nothing is read)."""
     device = disk_device(path)
     buf = Buffer(device, os.path.getsize(path), dtypes.uint8)
+    buf.handle  # noqa: B018 - mapped now (reading nothing): the file stays readable if it is deleted or replaced
     t.uop, t.device, t.inputs = buffer_view(buf, (buf.size,)), device, frozenset((buf,))

@@ -10,6 +10,7 @@ the tests show that loading a checkpoint reads only the tensors used. A file tha
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -39,6 +40,8 @@ class DiskCounters:
 
 
 COUNTERS: Final = DiskCounters()
+# why opening for writing may fail where reading works: a read-only file or folder, a read-only file system
+_READ_ONLY: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,12 @@ class DiskAllocator(Allocator[DiskHandle]):
             raise BackendError(f"device {self.device!r} names no file: a DISK device is a file, as in "
                                "device='disk:/path/to/file'")
         try:
-            fd, writable = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666), True
-        except PermissionError:  # a read-only file (or folder): reading it is still fine
-            fd, writable = os.open(self.path, os.O_RDONLY), False
+            try:
+                fd, writable = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666), True
+            except OSError as e:
+                if e.errno not in _READ_ONLY:
+                    raise
+                fd, writable = os.open(self.path, os.O_RDONLY), False  # reading it is still fine
         except OSError as e:
             raise BackendError(f"{self.device}: cannot open {self.path!r} ({e.strerror})") from None
         try:
