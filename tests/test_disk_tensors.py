@@ -287,3 +287,17 @@ def test_data_made_on_disk_is_in_the_file_before_any_view_reads_it(tmp_path: pat
     np.testing.assert_array_equal(t[1].numpy(), [4.0, 5.0, 6.0])
     np.testing.assert_array_equal(np.fromfile(path, np.float32), [1, 2, 3, 4, 5, 6])
     np.testing.assert_array_equal(t.numpy(), [[1, 2, 3], [4, 5, 6]])
+
+
+def test_load_state_dict_copies_disk_tensors_to_the_model(tmp_path: pathlib.Path) -> None:
+    from plygrad.frontend import nn
+    from plygrad.frontend.nn.state import load_state_dict
+
+    weight, bias = np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1.0, -1.0], np.float32)
+    bias.tofile(tmp_path / "b.bin")
+    layer = nn.Linear(3, 2)
+    load_state_dict(layer, {"weight": Tensor(weight).to(f"disk:{tmp_path / 'w.bin'}"),
+                            "bias": Tensor(tmp_path / "b.bin", dtype=dtypes.float32)})
+    assert layer.weight.device == Tensor([1.0]).device
+    x = np.ones((1, 3), np.float32)
+    np.testing.assert_allclose(layer(Tensor(x)).numpy(), x @ weight.T + bias)
