@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from plygrad.frontend import elementwise
 from plygrad.frontend.composite import composite
+from plygrad.frontend.reduce import centring_shift
 from plygrad.ir import ShapeError, broadcast_shapes, dtypes
 
 if TYPE_CHECKING:
@@ -21,10 +22,15 @@ if TYPE_CHECKING:
 
 @composite()
 def layernorm(t: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
-    """(x - mean) / sqrt(var + eps) over `axis`, with the biased variance (as F.layer_norm), no affine."""
+    """(x - mean) / sqrt(var + eps) over `axis`, with the biased variance (as F.layer_norm), no affine.
+
+    The mean is taken of x minus a detached shift, its first element over `axis` (reduce.centring_shift): rows
+    far from 0 are centred as accurately as PyTorch's."""
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x  # as PyTorch
-    centred = wide.sub(wide.mean(axis, keepdim=True))
+    shift = centring_shift(wide, wide._axes(axis, "layernorm"))
+    shifted = wide if shift is None else wide.sub(shift)
+    centred = shifted.sub(shifted.mean(axis, keepdim=True))
     return centred.mul(centred.square().mean(axis, keepdim=True).add(eps).rsqrt())._cast_to(x.dtype)
 
 

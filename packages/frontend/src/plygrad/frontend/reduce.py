@@ -246,20 +246,35 @@ def log_softmax(t: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Te
 
 @composite()
 def _softmax(t: Tensor, axis: int = -1) -> Tensor:
-    """exp(x - max) / sum(exp(x - max)) over `axis`: the max keeps exp from overflowing."""
+    """exp(x - max) / sum(exp(x - max)) over `axis`: the max keeps exp from overflowing. The shift is detached:
+    the result does not depend on it, so its gradient is zero, and the rounded sum of the terms autograd would
+    otherwise send through the max only adds error at the argmax."""
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x  # rounded once, as PyTorch
-    shifted = wide.sub(wide.max(axis, keepdim=True))
+    shifted = wide.sub(wide.max(axis, keepdim=True).detach())
     e = shifted.exp()
     return e.div(e.sum(axis, keepdim=True))._cast_to(x.dtype)
 
 
 @composite()
 def _log_softmax(t: Tensor, axis: int = -1) -> Tensor:
+    """x - max - log(sum(exp(x - max))) over `axis`; the max is detached as in `softmax` (the gradient through it
+    is sum(g) * (1 - sum(softmax)), zero exactly but not once rounded: 17% off at the argmax of 2^20 elements)."""
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x
-    shifted = wide.sub(wide.max(axis, keepdim=True))
+    shifted = wide.sub(wide.max(axis, keepdim=True).detach())
     return shifted.sub(shifted.exp().sum(axis, keepdim=True).log())._cast_to(x.dtype)
+
+
+def centring_shift(x: Tensor, axes: Sequence[int]) -> Tensor | None:
+    """x's first element over `axes` (index 0 of each, the axes kept with size 1), detached; None when an axis is
+    empty. A mean of x minus it sums terms of the data's spread rather than its magnitude: a float32 mean of rows
+    of mean 100 and spread 1 is off by its rounding, ~1e-5 of 100, which centred values keep (17-20x PyTorch's
+    error, whose mean is a Welford one); shifted, the error is of the spread's size. A statistic centred on the
+    mean does not depend on the shift, so it carries no gradient (var, layernorm, BatchNorm)."""
+    if builtins.any(isinstance(x.shape[a], int) and x.shape[a] == 0 for a in axes):
+        return None
+    return x.shrink(tuple((0, 1) if a in axes else None for a in range(x.ndim))).detach()
 
 
 def var(t: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
@@ -267,14 +282,23 @@ def var(t: Tensor, axis: Axis = None, keepdim: bool = False, correction: float =
     when N <= correction, like PyTorch. Integers give the default float; half floats are computed in float32."""
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x
-    count = math.prod(wide.shape[a] for a in wide._axes(axis, "var"))
-    squares = wide.sub(wide.mean(axis, keepdim=True)).square().sum(axis, keepdim)
+    axes = wide._axes(axis, "var")
+    count = math.prod(wide.shape[a] for a in axes)
+    shift = centring_shift(wide, axes)
+    if shift is not None:
+        wide = wide.sub(shift)
+    # the mean is detached: d var / d mean = -2 sum(x - mean) / (N - correction) is zero, so the rounded terms
+    # autograd would send back through it are error only
+    squares = wide.sub(wide.mean(axis, keepdim=True).detach()).square().sum(axis, keepdim)
     return squares.div(builtins.max(count - correction, 0))._cast_to(x.dtype)
 
 
 def std(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
-    """The standard deviation: the square root of `var`."""
-    return x.var(axis, keepdim, correction).sqrt()
+    """The standard deviation: the square root of `var`. Where the variance is 0 (a constant row) the gradient is
+    0, as PyTorch's (sqrt's slope there is inf, and inf times var's zero gradient would be NaN)."""
+    variance = x.var(axis, keepdim, correction)
+    zero = variance.eq(0.0)
+    return zero.where(0.0, zero.where(1.0, variance).sqrt())
 
 
 def var_mean(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> tuple[Tensor, Tensor]:
@@ -289,11 +313,13 @@ def std_mean(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: fl
 
 def logsumexp(t: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) without overflow: the max m is taken out first, log(sum(exp(x - m))) + m. An infinite m
-    is replaced by 0 so rows of -inf give -inf (not NaN); the gradient through m cancels mathematically."""
+    is replaced by 0 so rows of -inf give -inf (not NaN). m is detached: the gradient through it cancels
+    mathematically (the result does not depend on m), but not once rounded (13% off at the argmax of 2^20
+    elements); detached, the gradient is softmax exactly, as PyTorch's."""
     x = elementwise._float_input(t)
     if builtins.any(x.shape[a] == 0 for a in x._axes(axis, "logsumexp")):
         return x.exp().sum(axis, keepdim).log()  # log(0): -inf over zero elements, like PyTorch
-    m = x.max(axis, keepdim=True)
+    m = x.max(axis, keepdim=True).detach()
     m = m.abs().eq(float("inf")).where(0.0, m)
     total = x.sub(m).exp().sum(axis, keepdim).log()
     return total.add(m if keepdim else m.reshape(total.shape))

@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 
 from plygrad.frontend import gather
+from plygrad.frontend.reduce import centring_shift
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError, dtypes
 
@@ -203,9 +204,14 @@ class BatchNorm:
         if self.track_running_stats and not Tensor.training:
             return self.running_mean, self.running_var
         axes = tuple(a for a in range(x.ndim) if a != 1)
-        mean = x.mean(axis=axes)
+        # the mean of x minus a detached element of each channel, added back: as accurate for data far from 0 as
+        # PyTorch's (reduce.centring_shift)
+        shift = centring_shift(x, axes)
+        shifted = x if shift is None else x - shift
+        offset = shifted.mean(axis=axes)
+        mean = offset if shift is None else offset + shift.reshape(offset.shape)
         # the variance's own gradient through the mean is zero (d var / d mean = 0), so the mean is detached here
-        centered = x - _channel_view(mean.detach(), x.ndim)
+        centered = shifted - _channel_view(offset.detach(), x.ndim)
         return mean, (centered * centered).mean(axis=axes)
 
     def __call__(self, x: Tensor) -> Tensor:
