@@ -251,11 +251,12 @@ class LazyTensor(metaclass=ModeFlags):
         """The node and requires_grad of a result computed from `parents`: True when one of them requires grad,
         None (undecided, tinygrad's default) when none does but one that reads memory did not opt out (undecided
         realized tensors are what tinygrad-style backward() differentiates; a constant or random graph reads none),
-        False otherwise or when the result is not floating point. Under no_grad a floating-point result computed
-        from tensors that could get a gradient is wrapped in a gradient stop: its graph still contains theirs, and
-        autograd must not see through it when the result is later used beside them."""
-        if not uop.dtype.is_float:
-            return uop, False
+        False otherwise. Under no_grad a floating-point result computed from tensors that could get a gradient is
+        wrapped in a gradient stop: its graph still contains theirs, and autograd must not see through it when the
+        result is later used beside them. A result that is not floating point (a comparison, argmax) follows the same
+        rule, as in tinygrad: no gradient flows through it, but a float computed from it (sign, a mask cast to
+        float, where's condition) still depends on the tensors that asked, and backward() gives those zeros, not a
+        "constant" error. Its public `requires_grad` is False (PyTorch's)."""
         if len(parents) == 1:  # most ops: no generator
             single = parents[0]._requires_grad
             if not single and (single is not None or not parents[0].inputs):
@@ -263,13 +264,15 @@ class LazyTensor(metaclass=ModeFlags):
         elif not any(p._requires_grad or (p._requires_grad is None and p.inputs) for p in parents):
             return uop, False
         if type(self).no_grad:
-            return stop_gradient(uop), False
+            return (stop_gradient(uop) if uop.dtype.is_float else uop), False
         return uop, True if any(p._requires_grad for p in parents) else None
 
     # ---- autograd state -----------------------------------------------------------------------------------------
     @property
     def requires_grad(self) -> bool | None:
-        return self._requires_grad
+        """True, False or None (undecided); False for a tensor that is not floating point, as in PyTorch (its
+        `_requires_grad` still says whether it was computed from tensors that require grad: `_derived_grad`)."""
+        return self._requires_grad if self.dtype.is_float else False
 
     @requires_grad.setter
     def requires_grad(self, value: bool | None) -> None:

@@ -163,7 +163,7 @@ class Tensor(LazyTensor):
         if value and not self.dtype.is_float:
             raise DTypeError(f"requires_grad: only floating-point tensors can require gradients, got a "
                              f"{self.dtype.name} tensor of shape {self.shape}; cast it with .float() first")
-        if not value and self._requires_grad and not autograd.is_leaf(self):
+        if not value and self.requires_grad and not autograd.is_leaf(self):
             raise RuntimeError("requires_grad: this tensor is computed from tensors that require grad, so it cannot "
                                "stop requiring it; use .detach() for a copy that does not")
         if not value:
