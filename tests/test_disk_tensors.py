@@ -301,3 +301,12 @@ def test_load_state_dict_copies_disk_tensors_to_the_model(tmp_path: pathlib.Path
     assert layer.weight.device == Tensor([1.0]).device
     x = np.ones((1, 3), np.float32)
     np.testing.assert_allclose(layer(Tensor(x)).numpy(), x @ weight.T + bias)
+
+
+def test_assign_takes_numpy_arrays_and_lists_as_assign_does(file: pathlib.Path) -> None:
+    t = _on_disk(file)
+    t[2:4].assign(np.array([10, 20]))  # made a float32 tensor first, as LazyTensor.assign does
+    t[4:6].assign([30.5, 40.5])
+    want = VALUES.copy()
+    want[2:6] = [10, 20, 30.5, 40.5]
+    np.testing.assert_array_equal(np.fromfile(file, np.float32), want)

@@ -133,7 +133,7 @@ def bitcast(x: Tensor, dtype: DType) -> Tensor:
 
 
 # ---- writing ----------------------------------------------------------------------------------------------------
-def _value_bytes(value: LazyTensor | Scalar, dtype: DType, shape: tuple[int, ...], op: str) -> bytes:
+def _value_bytes(value: LazyTensor | Scalar | Any, dtype: DType, shape: tuple[int, ...], op: str) -> bytes:
     """`value` computed on the compute device as `shape` of `dtype`, its bytes in row-major order."""
     from plygrad.frontend.lazy import LazyTensor
     from plygrad.frontend.tensor import Tensor  # imports this module
@@ -145,10 +145,11 @@ def _value_bytes(value: LazyTensor | Scalar, dtype: DType, shape: tuple[int, ...
                              f".cast(dtypes.{dtype.name}) first")
         v = value if isinstance(value, Tensor) else Tensor._make(value.uop, value.device, value.inputs)
         v = v.to(device)
-    elif isinstance(value, (bool, int, float)):
+    elif isinstance(value, (bool, int, float, list, tuple, np.ndarray)):  # as assign takes them: in t's dtype
         v = Tensor(value, dtype=dtype, device=device)
     else:
-        raise TypeError(f"{op}: unsupported value type {type(value).__name__} (use a Tensor or a Python scalar)")
+        raise TypeError(f"{op}: unsupported value type {type(value).__name__} (use a Tensor, a Python scalar, a "
+                        "list or a NumPy array)")
     if v.shape != shape:
         try:
             v = v._broadcast_to(shape)
@@ -158,7 +159,7 @@ def _value_bytes(value: LazyTensor | Scalar, dtype: DType, shape: tuple[int, ...
     return v.contiguous()._buffer().copyout() if math.prod(shape) else b""
 
 
-def write(t: Tensor, value: LazyTensor | Scalar, op: str = "assign") -> Tensor:
+def write(t: Tensor, value: LazyTensor | Scalar | Any, op: str = "assign") -> Tensor:
     """Write `value` into the bytes of the file the disk tensor `t` views, now; returns `t` (which reads them)."""
     if not t.numel():  # nothing to write (an empty view may not even read its buffer): only the value is checked
         _value_bytes(value, t.dtype, t.shape, op)
