@@ -100,6 +100,7 @@ def init_data(t: Tensor, data: Data | Tensor, dtype_like: DTypeLike | None, devi
     STATE.stage(buf, np.ascontiguousarray(host).tobytes())
     t.uop, t.inputs = buffer_view(buf, tuple(array.shape)), frozenset((buf,))
     STATE.add_reader(t)
+    STATE.add_holder(buf, t)
     autograd.record_undecided(t)
 
 
@@ -112,6 +113,7 @@ def _init_bytes(t: Tensor, raw: bytes, dtype: DType) -> None:
     STATE.stage(buf, raw)
     t.uop, t.inputs = buffer_view(buf, (buf.size,)), frozenset((buf,))
     STATE.add_reader(t)
+    STATE.add_holder(buf, t)
     autograd.record_undecided(t)
 
 

@@ -86,8 +86,10 @@ def point_at(t: LazyTensor, buf: Buffer) -> None:
             # was computed, not this one
             del autograd.REALIZED[t.uop]
         autograd.record_undecided(t)  # a realized undecided tensor is a leaf for tinygrad-style backward()
-    if not t.inputs:  # it reads a Buffer from now on: a reader (a write through a view finds it there)
+    if not t.inputs:  # it reads a Buffer from now on: a reader of its old values
         STATE.add_reader(t)
+    if base.op is not Ops.ASSIGN:  # the tensor the buffer holds: a write through a view of it gives t its version
+        STATE.add_holder(buf, t)
     t.inputs = frozenset((buf,))
 
 

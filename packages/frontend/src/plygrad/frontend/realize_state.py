@@ -10,6 +10,8 @@ methods below. The algorithm that uses it, `realize()`, reads top to bottom in r
   after each (view_write.py): a graph holding it was built after the write, so it is no old-value reader.
 - **done assigns**: ASSIGN nodes already run -> their target view. A graph built while one was pending still holds
   it; realize replaces the node by the view so the write is not done twice.
+- **holders**: Buffer -> the tensors realized into it or made from data (weakly): a write through a view of the
+  buffer points them at the written version (view_write.py).
 - **readers**: every live tensor whose graph reads a Buffer (weakly). Before an ASSIGN into a buffer runs, realize
   computes the unrealized readers of its old values in the same schedule (docs/autograd.md, "assign").
 - **host data**: bytes waiting to be copied into a Buffer (`Tensor(data)`, `from_blob`, nn's loaders stage them): a
@@ -71,6 +73,9 @@ class RealizeState:
         # version node of a write made without autograd -> the node it was made over: once its write ran, the next
         # write's version is made over that node again, so versions do not pile up (a KV cache written every step)
         self._plain_versions: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+        # Buffer -> the tensors made to read it whole (realized into it, or made from data), weakly: the tensors a
+        # write through a view of it gives the version node (asked once per such write, not once per tensor)
+        self._holders: weakref.WeakKeyDictionary[Buffer, WeakList[LazyTensor]] = weakref.WeakKeyDictionary()
         # every tensor that reads a Buffer is added (thousands per model forward): a WeakList, not a WeakSet
         self._readers: WeakList[LazyTensor] = WeakList(MIN_READERS_SWEEP)
         # buffer id -> (the Buffer, weakly; its data): a plain dict, so that a realize asks it at C speed whether
@@ -135,11 +140,14 @@ class RealizeState:
         return node in self._plain_versions
 
     def settled_base(self, node: UOp) -> UOp:
-        """`node`, or the node a plain version was made over once its write has run (see `_plain_versions`)."""
-        over = self._plain_versions.get(node)
-        if over is None or any(node is n for entries in self._versions.values() for _, n in entries):
-            return node
-        return over
+        """`node`, or, while it is a plain version whose write has run, the node it was made over (see
+        `_plain_versions`)."""
+        pending = {n for entries in self._versions.values() for _, n in entries}
+        while True:
+            over = self._plain_versions.get(node)
+            if over is None or node in pending:
+                return node
+            node = over
 
     def any_pending_assigns(self) -> bool:
         """Whether some tensor holds an assign that has not run."""
@@ -163,6 +171,18 @@ class RealizeState:
         """`tensor`'s graph reads a Buffer (kept weakly: a reader that is gone needs no old values). Each tensor is
         added once, when it is made."""
         self._readers.add(tensor)
+
+    def add_holder(self, buf: Buffer, tensor: LazyTensor) -> None:
+        """`tensor` now reads all of `buf` (a realized tensor, or one made from data)."""
+        found = self._holders.get(buf)
+        if found is None:
+            found = self._holders[buf] = WeakList(16)
+        found.add(tensor)
+
+    def holders(self, buf: Buffer) -> list[LazyTensor]:
+        """The live tensors `add_holder` named for `buf` (some may read another node by now)."""
+        found = self._holders.get(buf)
+        return [] if found is None else found.live()
 
     def readers(self) -> list[LazyTensor]:
         """The live tensors whose graphs read a Buffer."""

@@ -59,6 +59,7 @@ from plygrad.ir import (
     Ops,
     ShapeError,
     UOp,
+    written_buffer,
 )
 from plygrad.ir.shape import is_symbolic
 from plygrad.runtime import Buffer
@@ -201,7 +202,8 @@ class Tensor(LazyTensor):
             settled = STATE.settled_base(base)
             version = view_write.new_version(settled, base if settled is not base else None)
         over = version.src[0].src[0]
-        for t in STATE.readers():
+        written = written_buffer(base).arg.id
+        for t in (t for buf in self.inputs if buf.id == written for t in STATE.holders(buf)):
             if (t.uop is base or t.uop is over) and not (isinstance(t, Tensor) and autograd.is_leaf(t)):
                 t.uop = version
                 if recorded is not None and value._requires_grad:
