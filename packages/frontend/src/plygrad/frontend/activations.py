@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from plygrad.frontend import elementwise, transcendental
 from plygrad.frontend.composite import composite
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import DTypeError
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def gelu(t: Tensor, approximate: str = "tanh") -> Tensor:
         return x.mul(0.5).mul(inner.tanh().add(1.0))
     if approximate in ("none", "erf"):
         return x.mul(0.5).mul(x.mul(1 / math.sqrt(2)).erf().add(1.0))
-    raise ValueError(f"gelu: approximate={approximate!r} is not supported; use 'tanh' or 'none'")
+    raise ArgumentValueError(f"gelu: approximate={approximate!r} is not supported; use 'tanh' or 'none'")
 
 
 def quick_gelu(t: Tensor) -> Tensor:

@@ -39,8 +39,8 @@ def _operands(t: Tensor, other: Tensor | Scalar, dtype: DType | None = None, rev
     """Both operands of a binary op at one dtype (promoted unless given) and one broadcast shape."""
     if isinstance(other, LazyTensor):
         if other.device != t.device:
-            raise ValueError(f"{op}: operands are on different devices ({t.device} and {other.device}); "
-                             "move one with .to(device)")
+            raise ArgumentValueError(f"{op}: operands are on different devices ({t.device} and {other.device}); "
+                                     "move one with .to(device)")
         # same dtype and same shape (most ops of a model) need no promotion and no broadcast: skip the lattice walk
         dt = (t.dtype if t.dtype is other.dtype else result_dtype(t.dtype, other.dtype)) if dtype is None else dtype
         own, theirs = t.shape, other.shape
@@ -490,7 +490,7 @@ def div(t: Tensor, other: Tensor | Scalar, reverse: bool = False, rounding_mode:
     if rounding_mode == "floor":
         return t.floordiv(other, reverse)
     if rounding_mode != "trunc":
-        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        raise ArgumentValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
     x, y = _operands(t, other, reverse=reverse, op="div")
     if x.dtype.is_float:
         return x.div(y).trunc()

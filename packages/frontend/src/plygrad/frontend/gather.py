@@ -115,7 +115,7 @@ def _scatter_src(x: Tensor, src: LazyTensor | Scalar, idx: Tensor, op: str) -> T
             raise ShapeError(f"{op}: src of shape {src.shape} must have as many axes as the tensor "
                              f"({x.shape}) and be at least the index's shape {idx.shape} on each")
         if src.device != x.device:
-            raise ValueError(f"{op}: src is on {src.device} but the tensor is on {x.device}")
+            raise ArgumentValueError(f"{op}: src is on {src.device} but the tensor is on {x.device}")
         return indexing._mine(x, src._cast_to(x.dtype))
     if isinstance(src, (bool, int, float)):
         return x._const(src, x.dtype, idx.shape)
@@ -128,7 +128,7 @@ def scatter(x: Tensor, dim: int, index: LazyTensor, src: LazyTensor | Scalar,
     `"multiply"` combines instead of replacing (repeated indices all count); without it the last write among
     repeated indices wins (PyTorch leaves that undefined)."""
     if reduce is not None and reduce not in ("add", "multiply"):
-        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        raise ArgumentValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
     axis, idx = _dim_index(x, dim, index, "scatter")
     source = _scatter_src(x, src, idx, "scatter")
     if idx.numel() == 0:
@@ -152,7 +152,7 @@ def scatter_reduce(x: Tensor, dim: int, index: LazyTensor, src: LazyTensor | Sca
     one element are combined by `reduce` ("sum", "prod", "mean", "amax", "amin"), together with the element's
     own value when `include_self`. Elements no index names keep their value. Integer "mean" floors."""
     if reduce not in _SCATTER_REDUCES:
-        raise ValueError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCES)}, got {reduce!r}")
+        raise ArgumentValueError(f"scatter_reduce: reduce must be one of {', '.join(_SCATTER_REDUCES)}, got {reduce!r}")
     axis, idx = _dim_index(x, dim, index, "scatter_reduce")
     source = _scatter_src(x, src, idx, "scatter_reduce")
     if idx.numel() == 0:
@@ -281,7 +281,7 @@ def masked_select(x: Tensor, mask: LazyTensor, size: int | None = None, fill_val
         what = mask.dtype if isinstance(mask, LazyTensor) else type(mask).__name__
         raise DTypeError(f"masked_select: the mask must be a bool tensor, got {what}")
     if type(size) is not int or size < 0:
-        raise ValueError(f"masked_select: size must be an int >= 0 or None, got {size!r}")
+        raise ArgumentValueError(f"masked_select: size must be an int >= 0 or None, got {size!r}")
     flat = x.flatten()
     keep = indexing._mine(x, mask)._broadcast_to(x.shape).flatten()
     rank = keep.cast(dtypes.int32).cumsum(0)  # 1-based slot of each kept element

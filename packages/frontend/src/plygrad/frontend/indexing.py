@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 import numpy as np
 
 from plygrad.frontend import creation
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import LazyTensor, buffer_view, is_tensor
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.symbolic import is_sym
@@ -101,8 +102,8 @@ def _as_index(x: Tensor, index: LazyTensor, size: int, op: str) -> Tensor:
     if not is_tensor(index):
         raise TypeError(f"{op}: the index must be a Tensor, got {type(index).__name__}")
     if index.device != x.device:
-        raise ValueError(f"{op}: the index is on {index.device} but the tensor is on {x.device}; "
-                         "move one with .to(device)")
+        raise ArgumentValueError(f"{op}: the index is on {index.device} but the tensor is on {x.device}; "
+                                 "move one with .to(device)")
     if index.dtype.is_float or index.dtype.is_bool:
         raise DTypeError(f"{op}: index tensors must have an integer dtype, got {index.dtype} "
                          f"(index shape {index.shape}); cast it with .cast(dtypes.int32)")
@@ -198,8 +199,8 @@ def _index_item(x: Tensor, item: Any) -> Any:
         return bool(item)
     if is_tensor(item):
         if item.device != x.device:
-            raise ValueError(f"indexing: the index is on {item.device} but the tensor is on {x.device}; "
-                             "move one with .to(device)")
+            raise ArgumentValueError(f"indexing: the index is on {item.device} but the tensor is on {x.device}; "
+                                     "move one with .to(device)")
         if item.dtype.is_float:
             raise IndexError(f"tensors used as indices must be integer or bool tensors, got {item.dtype} "
                              f"(index shape {item.shape})")

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, TypeAlias
 
 from plygrad.frontend import elementwise
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import LazyTensor, Scalar, movement
 from plygrad.frontend.symbolic import bound_shape, bound_value, check_size, is_sym
 from plygrad.ir import Ops, ShapeError, dtypes, result_dtype
@@ -141,9 +142,9 @@ def pad(t: Tensor, padding: Sequence[Pad] | Sequence[int], mode: str = "constant
     wrapping, which is what PyTorch computes."""
     pairs = _pad_pairs(t, padding)
     if mode not in PAD_MODES:
-        raise ValueError(f"pad: mode {mode!r} is not one of {', '.join(PAD_MODES)}")
+        raise ArgumentValueError(f"pad: mode {mode!r} is not one of {', '.join(PAD_MODES)}")
     if mode != "constant" and any(is_sym(v) for p in pairs for v in p):
-        raise ValueError(f"pad: symbolic amounts need mode 'constant', got {mode!r}")
+        raise ArgumentValueError(f"pad: symbolic amounts need mode 'constant', got {mode!r}")
     if mode == "constant":
         zeros = _pad_zeros(t, pairs)
         if (value == 0 and math.copysign(1.0, value) > 0) or all(not is_sym(b) and not is_sym(a) and b <= 0
@@ -197,11 +198,11 @@ def _pad_axis(x: Tensor, axis: int, before: int, after: int, mode: str) -> Tenso
     n = x.shape[axis]
     where = f"pad (mode {mode!r}) of shape {x.shape}: padding ({before}, {after}) of axis {axis}"
     if mode == "reflect" and (before >= n or after >= n):
-        raise ValueError(f"{where} must be less than the axis size {n}")
+        raise ArgumentValueError(f"{where} must be less than the axis size {n}")
     if mode == "circular" and (before > n or after > n):
-        raise ValueError(f"{where} wraps around more than once (at most the axis size {n})")
+        raise ArgumentValueError(f"{where} wraps around more than once (at most the axis size {n})")
     if mode == "replicate" and n == 0:
-        raise ValueError(f"{where}: an empty axis has no edge to replicate")
+        raise ArgumentValueError(f"{where}: an empty axis has no edge to replicate")
     if mode == "circular":  # three copies side by side, cut around the middle one: a view
         return _narrow(x.repeat(*(3 if i == axis else 1 for i in range(x.ndim))), axis, n - before,
                                                                                        2 * n + after)
@@ -365,7 +366,7 @@ def cat(x: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
             raise ShapeError(f"cat along dim {dim} of shapes {', '.join(str(x.shape) for x in tensors)}: "
                              f"all sizes but axis {axis} must match")
         if t.device != x.device:
-            raise ValueError(f"cat: tensors are on different devices ({x.device} and {t.device})")
+            raise ArgumentValueError(f"cat: tensors are on different devices ({x.device} and {t.device})")
     dt = result_dtype(*(t.dtype for t in tensors))
     total = sum(t.shape[axis] for t in tensors)
     result: Tensor | None = None
@@ -426,7 +427,7 @@ def meshgrid(x: Tensor, *others: Tensor, indexing: str = "ij") -> tuple[Tensor, 
     """Coordinate grids of 1-D (or 0-d) tensors: output i holds tensor i's values along axis i ("ij") or, for
     the first two, swapped ("xy", Cartesian), broadcast to the full grid."""
     if indexing not in ("ij", "xy"):
-        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+        raise ArgumentValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
     tensors = (x, *others)
     if any(t.ndim > 1 for t in tensors):
         raise ShapeError(f"meshgrid of shapes {', '.join(str(t.shape) for t in tensors)}: tensors must be "

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypeAlias, overload
 
 from plygrad.frontend import creation, elementwise, indexing, movement
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import stop_gradient
 from plygrad.ir import ShapeError, dtypes
 
@@ -28,7 +29,7 @@ def _per_axis(value: int | Sequence[int], n: int, name: str, op: str) -> tuple[i
     """An int for every spatial axis, or exactly one int per axis."""
     values = (value,) * n if isinstance(value, int) else tuple(value)
     if len(values) != n or any(type(v) is not int for v in values):
-        raise ValueError(f"{op}: {name} {value!r} needs an int or {n} ints (one per spatial axis)")
+        raise ArgumentValueError(f"{op}: {name} {value!r} needs an int or {n} ints (one per spatial axis)")
     return values
 
 
@@ -39,13 +40,13 @@ def _explicit_padding(padding: int | Sequence[int], n: int, op: str) -> tuple[tu
         return ((padding, padding),) * n
     flat = tuple(padding)
     if any(type(p) is not int for p in flat):
-        raise ValueError(f"{op}: padding {padding!r} must be ints")
+        raise ArgumentValueError(f"{op}: padding {padding!r} must be ints")
     if len(flat) == n:
         return tuple((p, p) for p in flat)
     if len(flat) == 2 * n:
         return tuple((flat[2 * i], flat[2 * i + 1]) for i in range(n))[::-1]
-    raise ValueError(f"{op}: padding {padding!r} needs an int, {n} ints (one per spatial axis) or {2 * n} ints "
-                     "(left, right, top, bottom, ... starting from the last axis)")
+    raise ArgumentValueError(f"{op}: padding {padding!r} needs an int, {n} ints (one per spatial axis) or {2 * n} ints "
+                             "(left, right, top, bottom, ... starting from the last axis)")
 
 
 def _conv_padding(padding: Padding, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
@@ -58,10 +59,10 @@ def _conv_padding(padding: Padding, kernel: tuple[int, ...], stride: tuple[int, 
         return ((0, 0),) * len(kernel)
     if padding == "same":
         if any(s != 1 for s in stride):
-            raise ValueError(f"{op}: padding='same' needs stride 1, got stride {stride} (as in PyTorch)")
+            raise ArgumentValueError(f"{op}: padding='same' needs stride 1, got stride {stride} (as in PyTorch)")
         totals = [d * (k - 1) for k, d in zip(kernel, dilation, strict=True)]
         return tuple((t // 2, t - t // 2) for t in totals)
-    raise ValueError(f"{op}: padding {padding!r} is not 'same' or 'valid' (or an int or a tuple of ints)")
+    raise ArgumentValueError(f"{op}: padding {padding!r} is not 'same' or 'valid' (or an int or a tuple of ints)")
 
 
 def unfold(x: Tensor, dim: int, size: int, step: int) -> Tensor:

@@ -161,7 +161,7 @@ def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DTypeL
              requires_grad: bool | None = None) -> Tensor:
     """A random permutation of 0..n-1: the order that sorts n uniform random keys."""
     if type(n) is not int or n < 0:
-        raise ValueError(f"randperm: n {n!r} must be an int >= 0")
+        raise ArgumentValueError(f"randperm: n {n!r} must be an int >= 0")
     dt = dtype or dtypes.default_int
     keys = cls.rand(n, dtype=dtypes.float32, device=device)
     return creation._requiring_grad(keys.argsort().cast(dt), requires_grad)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from plygrad.frontend import creation, elementwise
+from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import ShapeError, dtypes
 
 if TYPE_CHECKING:
@@ -26,13 +27,13 @@ def interpolate(t: Tensor, size: int | Sequence[int], mode: InterpolateMode = "l
     (in, out) resampling matrix computed in the graph with PyTorch's float32 index arithmetic."""
     sizes = (size,) if isinstance(size, int) else tuple(size)
     if mode not in ("linear", "bilinear", "trilinear", "nearest", "nearest-exact"):
-        raise ValueError(f"interpolate: mode {mode!r} is not 'linear', 'bilinear', 'trilinear', 'nearest' or "
-                         "'nearest-exact'")
+        raise ArgumentValueError(f"interpolate: mode {mode!r} is not 'linear', 'bilinear', 'trilinear', 'nearest' or "
+                                 "'nearest-exact'")
     if not sizes or len(sizes) > t.ndim or any(type(n) is not int or n < 0 for n in sizes):
         raise ShapeError(f"interpolate: size {size!r} must be 1..{t.ndim} ints >= 0 for a tensor of shape "
                          f"{t.shape}")
     if align_corners and mode.startswith("nearest"):
-        raise ValueError("interpolate: align_corners only applies to the linear modes (as in PyTorch)")
+        raise ArgumentValueError("interpolate: align_corners only applies to the linear modes (as in PyTorch)")
     linear = not mode.startswith("nearest")
     x = elementwise._float_input(t) if linear else t
     for i, n_out in enumerate(sizes):
