@@ -173,7 +173,21 @@ def test_a_view_of_a_leaf_that_requires_grad_cannot_be_written_while_recording()
         x[0].assign(Tensor([1.0, 1.0, 1.0]))
     with no_grad():
         x[0].assign(Tensor([1.0, 1.0, 1.0]))
-    np.testing.assert_array_equal(x.numpy()[0], [1, 1, 1])
+    x.detach()[1, ::2].assign(Tensor([7.0, 7.0]))  # its detach() is no view autograd records (PyTorch's too)
+    np.testing.assert_array_equal(x.numpy(), [[1, 1, 1], [7, 4, 7]])
+
+
+def test_a_write_under_no_grad_leaves_the_gradient_graph_as_it_was() -> None:
+    x, tx = _pair(X, True)
+    h, th = (x * 2).realize(), tx * 2
+    with no_grad():
+        h[0, 0:2].assign(Tensor([0.0, 5.0]))
+    with torch.no_grad():
+        th[0, 0:2] = torch.tensor([0.0, 5.0])
+    (h * 3).sum().backward()
+    (th * 3).sum().backward()
+    np.testing.assert_array_equal(h.numpy(), th.detach().numpy())
+    _check_grads([(x, tx)])
 
 
 # ---- random sequences of view writes, against torch --------------------------------------------------------------

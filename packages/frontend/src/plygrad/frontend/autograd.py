@@ -96,18 +96,19 @@ def _without_writes(root: UOp) -> UOp:
         root = substitute_keeping_marks(root, writes)
 
 
-def record_write(chain: view_write.ViewChain, value: UOp, inputs: frozenset[Buffer],
-                 wants: bool) -> tuple[UOp, UOp] | None:
+def record_write(chain: view_write.ViewChain, value: UOp, inputs: frozenset[Buffer], wants: bool,
+                 into_grad_view: bool) -> tuple[UOp, UOp] | None:
     """A write of `value` through the view `chain` is being made: when the value requires grad (`wants`) or the
     buffer's base view has a graph here, the tensor after the write gets a node of its own (view_write.new_version)
     whose graph is the old one (or the buffer's own contents) with `value` blended in where it is written. Returns
     (the base view, its new version), or None when nothing is recorded. A view of a leaf that requires grad cannot
-    be written (RuntimeError, as in PyTorch: the leaf would no longer be what gradients are taken for)."""
+    be written when the view requires grad too (`into_grad_view`; RuntimeError, as in PyTorch: the leaf would no
+    longer be what gradients are taken for); a view of its `detach()` can."""
     found = view_write.base_view(chain, lambda n: n in REALIZED or STATE.is_version(n))
     if found is None:
         return None
     above, base = found
-    if above and any(t.uop is base and t._requires_grad for t in LEAVES.values()):
+    if above and into_grad_view and any(t.uop is base and t._requires_grad for t in LEAVES.values()):
         raise RuntimeError(f"assign: a view of a leaf tensor that requires grad (shape {shape_of(base)}) cannot be "
                            "written in place while gradients are recorded; do it under `with no_grad():`, or on a "
                            "clone()")

@@ -191,16 +191,20 @@ class Tensor(LazyTensor):
         hold it)."""
         recorded = None
         if not type(self).no_grad and not self._is_grad_leaf():
-            recorded = autograd.record_write(chain, value_uop, value.inputs, bool(value._requires_grad))
+            recorded = autograd.record_write(chain, value_uop, value.inputs, bool(value._requires_grad),
+                                             bool(self._requires_grad))
         if recorded is not None:
             base, version = recorded
         else:
-            found = view_write.base_view(chain, STATE.is_version)
+            found = view_write.base_view(chain, lambda n: STATE.is_version(n) or n in autograd.REALIZED)
             if found is None or not found[0]:  # a whole tensor written: it is the ASSIGN itself
                 return None
             base = found[1]
             settled = STATE.settled_base(base)
             version = view_write.new_version(settled, base if settled is not base else None)
+            history = autograd.REALIZED.get(base)
+            if history is not None:  # a write autograd does not record (no_grad) leaves the graph as it was
+                autograd.REALIZED[version] = history
         over = version.src[0].src[0]
         written = written_buffer(base).arg.id
         for t in (t for buf in self.inputs if buf.id == written for t in STATE.holders(buf)):
