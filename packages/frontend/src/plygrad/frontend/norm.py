@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from plygrad.frontend import elementwise
 from plygrad.frontend.composite import composite
-from plygrad.frontend.reduce import centring_shift
+from plygrad.frontend.reduce import shifted_mean
 from plygrad.ir import ShapeError, broadcast_shapes, dtypes
 
 if TYPE_CHECKING:
@@ -24,13 +24,11 @@ if TYPE_CHECKING:
 def layernorm(t: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> Tensor:
     """(x - mean) / sqrt(var + eps) over `axis`, with the biased variance (as F.layer_norm), no affine.
 
-    The mean is taken of x minus a detached shift, its first element over `axis` (reduce.centring_shift): rows
-    far from 0 are centred as accurately as PyTorch's."""
+    The mean is taken of x minus a detached element of each row (reduce.shifted_mean): rows far from 0 are
+    centred as accurately as PyTorch's."""
     x = elementwise._float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x  # as PyTorch
-    shift = centring_shift(wide, wide._axes(axis, "layernorm"))
-    shifted = wide if shift is None else wide.sub(shift)
-    centred = shifted.sub(shifted.mean(axis, keepdim=True))
+    centred = wide.sub(shifted_mean(wide, wide._axes(axis, "layernorm")))
     return centred.mul(centred.square().mean(axis, keepdim=True).add(eps).rsqrt())._cast_to(x.dtype)
 
 

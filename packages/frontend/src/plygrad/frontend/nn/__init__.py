@@ -21,7 +21,7 @@ import math
 from collections.abc import Sequence
 
 from plygrad.frontend import gather
-from plygrad.frontend.reduce import centring_shift
+from plygrad.frontend.reduce import shifted_mean
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError, dtypes
 
@@ -205,14 +205,11 @@ class BatchNorm:
             return self.running_mean, self.running_var
         axes = tuple(a for a in range(x.ndim) if a != 1)
         # the mean of x minus a detached element of each channel, added back: as accurate for data far from 0 as
-        # PyTorch's (reduce.centring_shift)
-        shift = centring_shift(x, axes)
-        shifted = x if shift is None else x - shift
-        offset = shifted.mean(axis=axes)
-        mean = offset if shift is None else offset + shift.reshape(offset.shape)
+        # PyTorch's (reduce.shifted_mean)
+        kept = shifted_mean(x, axes)
         # the variance's own gradient through the mean is zero (d var / d mean = 0), so the mean is detached here
-        centered = shifted - _channel_view(offset.detach(), x.ndim)
-        return mean, (centered * centered).mean(axis=axes)
+        centered = x - kept.detach()
+        return kept.reshape(x.shape[1]), (centered * centered).mean(axis=axes)
 
     def __call__(self, x: Tensor) -> Tensor:
         if x.ndim < 2 or x.shape[1] != self.num_features:
