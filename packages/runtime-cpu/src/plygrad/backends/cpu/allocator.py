@@ -5,6 +5,13 @@ the next allocation of the same size. A fresh large array is zero-filled memory 
 first write page-faults every 4 KiB page, which for a 64 MiB output costs about as much as the kernel that fills it;
 realizing `x + y` again, or a training step, frees and asks for the same sizes every time. A reused array holds
 whatever its last owner left (the Allocator contract promises no contents; every kernel writes all of its output).
+
+Every array handed out stays referenced by the allocator (`_live`) until `free`. An aligned array's memory is
+released by cffi's finalizer of the array object (the `new_allocator` free function), and Python's cyclic garbage
+collector runs the finalizers of everything in one garbage batch: were the array reachable only from its Buffer, a
+Buffer freed in a reference cycle would put the array in the reuse list while cffi's finalizer of that same array
+returned its memory to malloc, and the next allocation of the size would be handed freed memory. Held here, the
+array is never garbage while a Buffer owns it, and its memory goes only when `free` releases it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any, Final
 import cffi
 
 from plygrad.backends.cpu.config import PLYGRAD_CPU_BUFFER_CACHE
+from plygrad.runtime.errors import BackendError
 from plygrad.runtime.plugin import Allocator
 
 CACHE_FROM: Final = 1 << 16  # smaller arrays are cheap to make (malloc's own free lists): not worth holding
@@ -74,6 +82,7 @@ class CFFIAllocator(Allocator[Any]):
         self._kept: dict[int, list[Any]] = {}  # freed arrays by size, the most recently freed last
         self._freed: OrderedDict[int, tuple[int, Any]] = OrderedDict()  # id -> (size, array), oldest first
         self._kept_bytes = 0
+        self._live: dict[int, Any] = {}  # id -> every array handed out and not yet freed (module docstring)
         self._lock = threading.Lock()  # a Buffer may be freed by the garbage collector in any thread
 
     def alloc(self, nbytes: int) -> Any:
@@ -84,10 +93,17 @@ class CFFIAllocator(Allocator[Any]):
                     handle = kept.pop()
                     del self._freed[id(handle)]
                     self._kept_bytes -= nbytes
+                    self._live[id(handle)] = handle
                     return handle
-        return self._new(self._char_array, nbytes) if nbytes >= ALIGN_FROM else self.ffi.new(self._char_array, nbytes)
+        handle = self._new(self._char_array, nbytes) if nbytes >= ALIGN_FROM else self.ffi.new(self._char_array, nbytes)
+        self._live[id(handle)] = handle  # one dict store: atomic under the GIL, no lock needed
+        return handle
 
     def free(self, handle: Any) -> None:
+        if self._live.pop(id(handle), None) is not handle:
+            raise BackendError(f"CPU allocator: free of an array it did not hand out or already freed "
+                               f"({self.ffi.sizeof(handle)} bytes at {int(self.ffi.cast('uintptr_t', handle)):#x}); "
+                               "its memory is left alone")
         nbytes = self.ffi.sizeof(handle)
         limit = PLYGRAD_CPU_BUFFER_CACHE.get() if nbytes >= CACHE_FROM else 0
         if nbytes > limit:
@@ -105,6 +121,10 @@ class CFFIAllocator(Allocator[Any]):
                 evicted.append(old)
         for old in evicted:
             self.ffi.release(old)
+
+    def live_count(self) -> int:
+        """Arrays handed out and not yet freed."""
+        return len(self._live)
 
     def kept_bytes(self) -> int:
         """Bytes of freed arrays held for reuse now."""
