@@ -196,8 +196,8 @@ def where(t: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
 def _where_scalar(cond: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
     """`where` with one Python scalar branch: the graph `_where_by_tensors` builds, without a Tensor for the
     constant or for the three broadcasts. The result's requires_grad is decided by the tensor branch and by
-    `cond` where it is used unbroadcast, as the op-by-op form decides it (a broadcast bool is never a candidate
-    for a gradient). Not under no_grad, where the op-by-op form wraps its broadcasts in gradient stops."""
+    `cond`, as the op-by-op form decides it (a bool carries its inputs' requires_grad through its broadcast too:
+    `_derived_grad`). Not under no_grad, where the op-by-op form wraps its broadcasts in gradient stops."""
     tensor, value = (x, y) if isinstance(x, LazyTensor) else (y, x)
     assert isinstance(tensor, LazyTensor) and not isinstance(value, LazyTensor)
     branch = tensor._cast_to(_scalar_dtype(tensor.dtype, value))
@@ -206,8 +206,7 @@ def _where_scalar(cond: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tenso
     when_true, when_false = (branch.uop, const) if tensor is x else (const, branch.uop)
     node = UOp(Ops.WHERE, branch.dtype, (broadcast_uop(cond.uop, shape), broadcast_uop(when_true, shape),
                                          broadcast_uop(when_false, shape)))
-    deciding = (branch, cond) if cond.shape == shape else (branch,)
-    node, requires_grad = branch._derived_grad(node, *deciding)
+    node, requires_grad = branch._derived_grad(node, branch, cond)
     return branch._make(node, branch.device, branch.inputs | cond.inputs, requires_grad)
 
 

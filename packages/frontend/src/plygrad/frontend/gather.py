@@ -309,7 +309,7 @@ def embedding_rows(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
         if len(_ROWS) >= MAX_ROWS_KEPT:
             _ROWS.clear()
         _ROWS[key] = rows
-    node, requires_grad = weight._derived_grad(rows, weight)  # idx, an integer, takes no part in it
+    node, requires_grad = weight._derived_grad(rows, weight, idx)  # idx decides too, as in the op-by-op form
     return weight._make(node, weight.device, weight.inputs | idx.inputs, requires_grad)
 
 
