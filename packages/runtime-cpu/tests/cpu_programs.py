@@ -62,6 +62,35 @@ void prefix_sum(float* restrict data0, const float* restrict data1) {
 
 # codegen's kernel for a padded, dilated 3-D window of x (2, 1, 4, 4, 3) times w (2, 2, 2), summed over the window
 # (a conv3d with padding 1 and dilation (2, 1, 2)): GCC 12 at -O2 -mavx2 if-converted its guarded loads wrongly
+# the sum of a reversed vector (`x.flip(0).sum()`) as codegen unrolls it by 4: GCC 12's loop vectorizer read the
+# reversed group of loads in the wrong order inside the in-order float reduction (1024 elements summed to 89.7, not
+# 57.7; see OPTIONAL_FLAGS in the compiler module)
+REVERSED_SUM: Final = PRELUDE + """
+void reversed_sum(float* restrict data0, const float* restrict data1, long long n) {
+  float acc0 = 0x0.0p+0f;
+  for (long long ridx0 = 0; ridx0 < n; ridx0++) {
+    float v0 = acc0;
+    long long v1 = (ridx0 * (-4LL));
+    long long v2 = (v1 + (4LL * n - 1LL));
+    float v3 = data1[v2];
+    float v4 = (v0 + v3);
+    long long v5 = (ridx0 * 4LL);
+    long long v6 = (v5 + 1LL);
+    long long v7 = (v6 * (-1LL));
+    float v9 = data1[v7 + (4LL * n - 1LL)];
+    float v10 = (v4 + v9);
+    long long v12 = ((v5 + 2LL) * (-1LL));
+    float v14 = data1[v12 + (4LL * n - 1LL)];
+    float v15 = (v10 + v14);
+    long long v17 = ((v5 + 3LL) * (-1LL));
+    float v19 = data1[v17 + (4LL * n - 1LL)];
+    float v20 = (v15 + v19);
+    acc0 = v20;
+  }
+  data0[0LL] = acc0;
+}
+"""
+
 WINDOW_SUM: Final = PRELUDE + """
 void window_sum(float* restrict data0, const float* restrict data1, const float* restrict data2) {
   for (long long ridx0 = 0; ridx0 < 2LL; ridx0++) {

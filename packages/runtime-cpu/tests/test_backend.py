@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cpu_programs import ADD, BROKEN, ECHO, PREFIX_SUM, THREAD_IDS, WINDOW_SUM
+from cpu_programs import ADD, BROKEN, ECHO, PREFIX_SUM, REVERSED_SUM, THREAD_IDS, WINDOW_SUM
 
 from plygrad.backends.cpu.backend import CPUBackend, cpu_target
 from plygrad.backends.cpu.compiler import (
@@ -104,6 +104,17 @@ def test_guarded_loads_in_a_vectorized_loop_compile_correctly(cpu: CPUBackend) -
     program([out, _handle(cpu, x), _handle(cpu, w)], (1, 1, 1), None, [])
     np.testing.assert_allclose(_read(cpu, out, np.float32, 120), (windows * w).sum((5, 6, 7)).ravel(), rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("groups", [4, 64, 256])
+def test_a_reduction_over_reversed_loads_compiles_correctly(cpu: CPUBackend, groups: int) -> None:
+    """The third GCC 12 loop-vectorizer miscompile OPTIONAL_FLAGS works around: a float sum of a reversed vector
+    unrolled by 4 (what `x.flip(0).sum()` renders)."""
+    program = cpu.load("reversed_sum", cpu.compiler.compile(REVERSED_SUM))
+    x = np.arange(4 * groups, dtype=np.float32)
+    out = cpu.allocator.alloc(4)
+    program([out, _handle(cpu, x)], (1, 1, 1), None, [groups])
+    np.testing.assert_array_equal(_read(cpu, out, np.float32, 1), [x[::-1].sum(dtype=np.float32)])
 
 
 @pytest.mark.parametrize("values", [(0, 1), ((1 << 40) + 5, -3), (-(1 << 63), (1 << 63) - 1)])

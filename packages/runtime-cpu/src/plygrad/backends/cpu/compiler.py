@@ -1,14 +1,13 @@
 """Compiling C with the system compiler into a shared library, as the CPU backend's `Compiler`.
 
-The compiler is found once per process (`CC`, else the first of clang, gcc, cc that builds OpenMP programs, else
-the first that builds at all) and its optional flags probed once:
-`-march=native` (not every compiler or arch has it; with it, the host's widest vector unit, AVX-512 included),
-`-fno-tree-loop-if-convert` and `-mno-avx512fp16` (GCC miscompiles, see OPTIONAL_FLAGS) and `-fopenmp` (Apple's
-clang, or a gcc without libgomp, lacks it; programs then run their `#pragma omp` loops on one core, which is still
-correct). OpenMP decides the pick because it is every core: Debian's clang without libomp builds
-programs that run on one core, and a matmul 1024 ran at half speed on 2 cores with `clang` on PATH. The
-`cache_key` names the compiler path, its version line and the flags, so a binary cached on disk is reused only by
-the same toolchain.
+The compiler is found once per process (`CC`, else the first of clang, gcc, cc that builds OpenMP programs, else the
+first that builds at all) and its optional flags probed once: `-march=native` (not every compiler or arch has it;
+with it, the host's widest vector unit, AVX-512 included), `-fno-tree-loop-if-convert`, `-fno-tree-loop-vectorize`
+and `-mno-avx512fp16` (GCC miscompiles, see OPTIONAL_FLAGS) and `-fopenmp` (Apple's clang, or a gcc without libgomp,
+lacks it; programs then run their `#pragma omp` loops on one core, which is still correct). OpenMP decides the pick
+because it is every core: Debian's clang without libomp builds programs that run on one core, and a matmul 1024 ran
+at half speed on 2 cores with `clang` on PATH. The `cache_key` names the compiler path, its version line and the
+flags, so a binary cached on disk is reused only by the same toolchain.
 """
 
 from __future__ import annotations
@@ -39,12 +38,19 @@ BASE_FLAGS: Final = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
 # dilated 3-D window sum read wrong elements (on AVX2 too). Both are right with -fno-tree-loop-vectorize, or with
 # -fno-tree-loop-if-convert alone, which keeps every other vectorization; -mno-avx512f (used before) fixed only the
 # first and cost the 512-bit units, so it is gone (this package's tests/test_backend.py runs both kernels).
+# -fno-tree-loop-vectorize: a third GCC 12 loop-vectorizer miscompile, with no if-conversion in it: a float sum of
+# a reversed vector that codegen unrolls by 4 (`x.flip(0).sum()`: loads at n-1-4r, n-2-4r, ... in one in-order
+# reduction) read the reversed group in the wrong order, 1024 values summing to 89.7 instead of 57.7, with -O2
+# alone and with -march=native (found by tests/user_programs.py; runtime-cpu's tests/test_backend.py runs it). The
+# loop vectorizer is off: codegen writes the vector code it wants itself (UPCAST gives vector types and vector
+# loads), and the straight-line (SLP) vectorizer stays on.
 # -mno-avx512fp16: on hosts with AVX512-FP16 (Sapphire Rapids), GCC 12 at -O2 -march=native dropped the rounding
 # to float16 that a float16 layernorm's elementwise kernel does after every op (11998 of 12000 outputs wrong, seen
 # by the CUDA check comparing with this backend); half math here is float math rounded per op, which F16C
 # conversions do, so the FP16 arithmetic unit is not needed.
 # Compilers or arches without a flag skip it (the probe compiles with each flag alone).
-OPTIONAL_FLAGS: Final = ("-march=native", "-fno-tree-loop-if-convert", "-mno-avx512fp16", "-fopenmp")
+OPTIONAL_FLAGS: Final = ("-march=native", "-fno-tree-loop-if-convert", "-fno-tree-loop-vectorize", "-mno-avx512fp16",
+                          "-fopenmp")
 _PROBE_SOURCE: Final = """
 #include <math.h>
 void probe(float* restrict out, long long n) {
