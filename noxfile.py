@@ -12,6 +12,7 @@
 - `typecheck`: `mypy --strict` over every `packages/*/src`.
 - `lint`: `ruff check .`.
 - `slow` (not in the default set): the tests marked `slow`, across every package.
+- `one-process` (not in the default set): every test file of tests/ and packages/*/tests in one pytest process.
 
 Settings read from the environment: `PLYGRAD_JUNIT_DIR` (each pytest session writes `<dir>/<session>.xml`; `.ci/run`
 sums them into its closing line) and `CI` (when set and not false, virtualenvs are always built fresh). `nox -t tests`
@@ -249,6 +250,18 @@ def slow(session: nox.Session) -> None:
     folders = {f"-{p.folder.name}": p.folder / "tests" for p in PACKAGES.values() if (p.folder / "tests").is_dir()}
     for label, folder in {**folders, "-integration": ROOT / "tests"}.items():
         _pytest(session, [folder], "slow", label=label, success_codes=(0, 5))  # 5: nothing marked slow there yet
+
+
+@nox.session(name="one-process", default=False)
+def one_process(session: nox.Session) -> None:
+    """Every test file of tests/ and packages/*/tests in one pytest process: what one test leaves behind (buffers,
+    caches, loaded programs, plugins, the garbage collector's timing) meets every test after it, as in a user's
+    long-running program; the process must live to the end. Each folder's conftest loads its own hypothesis profile
+    before its modules are imported, so examples and health checks are those of the per-folder sessions."""
+    installed = _install_local(session, {name: {"test"} for name in PACKAGES}, *INTEGRATION_TOOLS)
+    _check_only_installed(session, installed)
+    folders = [p.folder / "tests" for p in PACKAGES.values() if (p.folder / "tests").is_dir()]
+    _pytest(session, [*folders, ROOT / "tests"], "not slow")
 
 
 # `gpu-check` is the integration suite plus the CUDA checks: running `integration` as well would run it twice

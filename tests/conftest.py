@@ -9,10 +9,18 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
+    """hypothesis' default profile for these tests, loaded before each of their modules is imported (`@given`
+    keeps the profile loaded when it decorates): in one pytest process with the packages' tests (`nox -s
+    one-process`) their conftests load profiles of their own first."""
+    settings.load_profile("default")
 
 
 def pytest_configure(config: pytest.Config) -> None:

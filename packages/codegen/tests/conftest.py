@@ -7,11 +7,22 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("ci", deadline=None, max_examples=15, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("thorough", deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+settings.register_profile("codegen-ci", deadline=None, max_examples=15, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("codegen-thorough", deadline=None, max_examples=300,
+                          suppress_health_check=[HealthCheck.too_slow])
+PROFILE = "codegen-" + os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
+    """This folder's hypothesis profile, loaded again before its test modules are imported: `@given` keeps the
+    profile loaded when it decorates, and one pytest process may collect every package's tests (`nox -s
+    one-process`), each conftest loading its own."""
+    settings.load_profile(PROFILE)
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -16,7 +16,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 settings.register_profile("cpu", deadline=None, max_examples=10,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
-settings.load_profile("cpu")
+PROFILE = "cpu"
+settings.load_profile(PROFILE)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
+    """This folder's hypothesis profile, loaded again before its test modules are imported: `@given` keeps the
+    profile loaded when it decorates, and one pytest process may collect every package's tests (`nox -s
+    one-process`), each conftest loading its own."""
+    settings.load_profile(PROFILE)
 
 
 @pytest.fixture(autouse=True)

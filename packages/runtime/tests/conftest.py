@@ -20,7 +20,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the `fakes` fixture only installs plugins, which is the same for every example
 settings.register_profile("rt", deadline=None, max_examples=25,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
-settings.load_profile("rt")
+PROFILE = "rt"
+settings.load_profile(PROFILE)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> None:
+    """This folder's hypothesis profile, loaded again before its test modules are imported: `@given` keeps the
+    profile loaded when it decorates, and one pytest process may collect every package's tests (`nox -s
+    one-process`), each conftest loading its own."""
+    settings.load_profile(PROFILE)
+
 
 from rt_fakes import fake_plugins  # noqa: E402
 
