@@ -201,8 +201,11 @@ class Vectorizer:
         return UOp(Ops.VECTORIZE, lanes[0].dtype.vec(width), lanes)
 
     def lanes(self, node: UOp) -> Lanes:
-        """`node` computed per lane from its sources' lanes (what scalar unrolling gives)."""
-        return Lanes(tuple(node.replace(src=tuple(self.lane(self.done[s], j) for s in node.src))
+        """`node` computed per lane from its sources' lanes (what scalar unrolling gives). A source that does not
+        depend on `u` is the same in every lane, also when its dtype is a vector (an accumulator vectorized over
+        another axis): it is not taken apart by lane."""
+        return Lanes(tuple(node.replace(src=tuple(self.lane(self.done[s], j) if self.depends(s) else s
+                                                  for s in node.src))
                            for j in range(self.width)))
 
     # ---- the rules ---------------------------------------------------------------------------------------------
