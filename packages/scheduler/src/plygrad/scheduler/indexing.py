@@ -130,9 +130,72 @@ def _unflatten_symbolic(flat: UOp, shape: Sequence[Any]) -> Indices:
     return tuple(out)
 
 
+def conjuncts(gate: UOp) -> list[UOp]:
+    """The operands of a tree of boolean ANDs, left to right (anything else is one conjunct)."""
+    out: list[UOp] = []
+    stack = [gate]
+    while stack:
+        node = stack.pop()
+        if node.op is Ops.AND and node.dtype is dtypes.bool:
+            stack.extend(reversed(node.src))
+        else:
+            out.append(node)
+    return out
+
+
+def _offset_from(expr: UOp, flat: UOp) -> int | None:
+    """d where `expr` is `flat + d` (a PAD's bounds are on its output index, the source's plus `before`)."""
+    if expr is flat:
+        return 0
+    diff = simplify(expr - flat)
+    return int(diff.arg) if diff.op is Ops.CONST else None
+
+
+def _outer_bound(cond: UOp, flat: UOp, outer: UOp, stride: int) -> UOp:
+    """`cond`, a bound on the address `flat` that a reshape splits, said of the outermost index `outer` =
+    `flat // stride` where it means the same: `flat < k*stride` is `outer < k` and `k*stride - 1 < flat` is
+    `k - 1 < outer` (k >= 1; IDIV truncates, which agrees with floor on every value the other side admits).
+
+    Why: the split address is a sum of the outer index times its stride and the inner ones' (`f // 64 + 511 *
+    (f % 64)` for a transposed 64 x 511 input), and `flat // stride` simplified is a sum of distributed terms
+    (`64*r0 + (r1 + 16*r2) // 64`). A gate kept on `flat` bounds a different sum than the address holds, and the
+    runtime's interval proof (runtime/bounds.py), which matches the gate's sums against the address's, cannot see
+    that the address stays inside the buffer: it refused in-bounds blocked sums (issues #32, #38). Said of `outer`,
+    the gate bounds exactly the sum the address is built from."""
+    if cond.op is not Ops.CMPLT or cond.src[0].dtype is not dtypes.index:
+        return cond
+    lhs, rhs = cond.src
+    if rhs.op is Ops.CONST and lhs.op is not Ops.CONST:
+        offset = _offset_from(lhs, flat)
+        end = None if offset is None else int(rhs.arg) - offset  # flat < end
+        if end is not None and end >= stride and end % stride == 0:
+            return outer < index_const(end // stride)
+    if lhs.op is Ops.CONST and rhs.op is not Ops.CONST:
+        offset = _offset_from(rhs, flat)
+        first = None if offset is None else int(lhs.arg) - offset + 1  # first <= flat
+        if first is not None and first >= stride and first % stride == 0:
+            return index_const(first // stride - 1) < outer
+    return cond
+
+
 def _reshape(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
     out_shape: tuple[int, ...] = tuple(arg)
-    return unflatten(flat_index(idxs, out_shape), src_shape), gate
+    flat = flat_index(idxs, out_shape)
+    src_idxs = unflatten(flat, src_shape)
+    if gate is None or is_symbolic(tuple(src_shape)):
+        return src_idxs, gate
+    outer_axis = next((axis for axis, size in enumerate(src_shape) if size != 1), None)
+    stride = math.prod(src_shape[outer_axis + 1:]) if outer_axis is not None else 0
+    if outer_axis is None or stride <= 1:
+        return src_idxs, gate  # nothing split (or an empty shape): the address is `flat` itself
+    parts = conjuncts(gate)
+    moved = [_outer_bound(cond, flat, src_idxs[outer_axis], stride) for cond in parts]
+    if all(m is c for m, c in zip(moved, parts, strict=True)):
+        return src_idxs, gate
+    restated: Gate = None
+    for cond in moved:
+        restated = and_gate(restated, cond)
+    return src_idxs, restated
 
 
 def _permute(arg: Any, src_shape: Sequence[int], idxs: Indices, gate: Gate) -> tuple[Indices, Gate]:
