@@ -113,6 +113,29 @@ def test_blocked_row_reduction(op: Ops) -> None:
     assert_blocked_matches_plain(kernel, [Opt(OptOps.BLOCK, 1, 6), Opt(OptOps.UPCAST, 0, 8)])
 
 
+def broadcast_row_sums(m: int, k: int, n: int) -> UOp:
+    """out[i, j] = sum_r w[j, r] for every row i: a matmul's gradient against ones (`ones @ w.T`), which reads
+    no row of its left operand, so the unrolled copies of an UPCAST of i are one REDUCE node."""
+    out, w = param(0, F32, m * n), param(1, F32, n * k)
+    i, j, r = loop(m, 0), loop(n, 1), red(k, 2)
+    total = UOp(Ops.REDUCE, F32, (load(w, j * k + r), r), Ops.ADD)
+    return sink(UOp(Ops.END, dtypes.void, (store(out, i * n + j, total), i, j)), name="broadcast_row_sums")
+
+
+@pytest.mark.parametrize("opts", [
+    [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.BLOCK, 2, 4)],  # 4 stores of one scalar reduction
+    [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.BLOCK, 2, 4)],  # 4 stores of one vec(8)
+    [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 1, 2), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.BLOCK, 2, 4)],
+], ids=["scalar", "vector", "vector_tiles"])
+def test_a_blocked_reduction_several_stores_hold_whole(opts: list[Opt]) -> None:
+    """Each copy stores the same partial in every block, so any one of them seeds the next block (the heuristic's
+    choice for the 512^3 matmul's gradient raised 'stored by 4 stores that do not hold its lanes one each')."""
+    kernel = broadcast_row_sums(8, 16, 32)
+    got = assert_blocked_matches_plain(kernel, opts)
+    (w,) = inputs(lower_uop(kernel, CPU, []))
+    np.testing.assert_allclose(got, np.tile(w.reshape(32, 16).sum(1), 8), rtol=1e-5, atol=1e-5)
+
+
 def test_full_reduction_to_one_element() -> None:
     out, a = param(0, F32, 1), param(1, F32, 64)
     r = red(64, 0)

@@ -125,6 +125,28 @@ def _seed(index: UOp, dtype: DType, not_first: UOp) -> UOp:
     return UOp(Ops.LOAD, dtype, (index.replace(src=(index.src[0], index.src[1], gate)),))
 
 
+def _partial_seed(red: UOp, stores: dict[int, UOp], lanes: dict[int, int | None], not_first: UOp) -> UOp:
+    """The partial value of blocked reduction `red` that the previous block left in the output, read back from
+    the stores that hold it (`lanes[i]`: the lane store i holds, None for all of it).
+
+    Several stores can hold the same value: a reduction that does not depend on an UPCAST axis (a matmul's
+    gradient against a broadcast, `ones @ w.T`, reads no row of its left operand) is one REDUCE node that every
+    unrolled copy of that axis stores, all of it or the same lanes. Every such store writes the same partial in
+    each block, so any one of them seeds the next block; the first is read."""
+    whole = [i for i, lane in lanes.items() if lane is None]
+    if whole:
+        return _seed(stores[whole[0]].src[0], red.dtype, not_first)
+    by_lane: dict[int, UOp] = {}
+    for i, lane in lanes.items():
+        assert lane is not None
+        by_lane.setdefault(lane, stores[i])
+    if sorted(by_lane) != list(range(red.dtype.count)):
+        raise CodegenError(f"a blocked reduction of {red.dtype!r} is stored by {len(stores)} stores that hold "
+                           f"lanes {sorted(by_lane)}, not every lane; BLOCK cannot keep its partial value")
+    return UOp(Ops.VECTORIZE, red.dtype, tuple(_seed(by_lane[j].src[0], red.dtype.scalar(), not_first)
+                                               for j in range(red.dtype.count)))
+
+
 def lower_blocked(sink: UOp, lower_one: LowerOne) -> UOp | None:
     """`sink` with every blocked reduction lowered (module docstring), or None if it has none.
 
@@ -151,15 +173,7 @@ def lower_blocked(sink: UOp, lower_one: LowerOne) -> UOp | None:
         not_first = UOp(Ops.CMPNE, dtypes.bool, (kb, UOp.const(dtypes.index, 0)))
         last = UOp(Ops.CMPEQ, dtypes.bool, (kb, UOp.const(dtypes.index, int(kb.src[0].arg) - 1)))
         lanes = {i: _lane_of(items[i][1].src[1], red) for i in where}
-        if len(where) == 1 and lanes[where[0]] is None:
-            seed = _seed(items[where[0]][1].src[0], red.dtype, not_first)
-        elif sorted(lane for lane in lanes.values() if lane is not None) == list(range(red.dtype.count)):
-            by_lane = {lane: items[i][1] for i, lane in lanes.items()}
-            seed = UOp(Ops.VECTORIZE, red.dtype, tuple(_seed(by_lane[j].src[0], red.dtype.scalar(), not_first)
-                                                       for j in range(red.dtype.count)))
-        else:
-            raise CodegenError(f"a blocked reduction of {red.dtype!r} is stored by {len(where)} stores that do not "
-                               "hold its lanes one each; BLOCK cannot keep its partial value")
+        seed = _partial_seed(red, {i: items[i][1] for i in where}, lanes, not_first)
 
         def start(identity: UOp, seed: UOp = seed, not_first: UOp = not_first, op: Ops = red.arg) -> UOp:
             # a gated load reads 0 in the first block: ADD's identity already (a scalar condition picks whole
