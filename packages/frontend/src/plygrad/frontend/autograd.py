@@ -15,13 +15,13 @@ import weakref
 from collections.abc import Callable, Collection, Sequence
 from typing import Final, TypeAlias
 
-from plygrad.frontend import view_write
+from plygrad.frontend import blocked, view_write
 from plygrad.frontend.gradient_marks import substitute_keeping_marks, wants_contiguous_gradient
 from plygrad.frontend.lazy import LazyTensor, const_uop, default_device, is_gradient_stop, movement, shape_of
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.weaklist import WeakList
 from plygrad.ir import DType, Ops, UOp, dtypes
-from plygrad.ir.shape import dim_add, dim_sub, resolved_arg
+from plygrad.ir.shape import dim_add, dim_max, dim_sub, resolved_arg
 from plygrad.runtime import Buffer
 
 Grads: TypeAlias = "tuple[UOp | None, ...]"
@@ -144,13 +144,36 @@ def _reduce(x: UOp, op: Ops, axes: tuple[int, ...]) -> UOp:
     return UOp(Ops.REDUCE, x.dtype, (x,), (op, axes))
 
 
+# a gradient summed over a long broadcast is blocked (`_float_sum`) while its first level's partial sums, all outputs
+# together, stay within this many elements (4 MiB of float32): a bias or a scalar's gradient, not a matmul weight's
+PARTIALS_BUDGET: Final = 1 << 20
+
+
 def _sum(x: UOp, axes: tuple[int, ...]) -> UOp:
     """A sum keeping the reduced axes (size 1); half-precision sums accumulate in float32, as PyTorch's do."""
     if not axes:
         return x
     if x.dtype in (dtypes.float16, dtypes.bfloat16):
-        return UOp(Ops.CAST, x.dtype, (_reduce(UOp(Ops.CAST, dtypes.float32, (x,)), Ops.ADD, axes),))
-    return _reduce(x, Ops.ADD, axes)
+        return UOp(Ops.CAST, x.dtype, (_float_sum(UOp(Ops.CAST, dtypes.float32, (x,)), axes),))
+    return _float_sum(x, axes) if x.dtype.is_float else _reduce(x, Ops.ADD, axes)
+
+
+def _float_sum(x: UOp, axes: tuple[int, ...]) -> UOp:
+    """A float gradient summed back over a broadcast, blocked as `Tensor.sum` is (blocked.py) where it is long: one
+    serial float32 accumulator over 2^24 terms stops growing, and over 2^20 drifts (the gradient of a scalar
+    broadcast against 1024 x 16384 values was 0.76 off, the forward sum 0.006).
+
+    Not where the partial sums would outgrow PARTIALS_BUDGET: a matmul's weight gradient sums a product that is
+    never in memory (x broadcast against g) over the batch, and its partials would be 128 or more times the
+    weight; that sum stays one REDUCE that codegen tiles, accumulating serially like a GEMM's (PyTorch's too)."""
+    shape = shape_of(x)
+    if any(type(shape[a]) is not int for a in axes):
+        return _reduce(x, Ops.ADD, axes)
+    n = math.prod(shape[a] for a in axes)
+    outputs = math.prod(d if type(d) is int else dim_max(d) for i, d in enumerate(shape) if i not in axes)
+    if n <= blocked.SPLIT_ABOVE or outputs * blocked.partials(n) > PARTIALS_BUDGET:
+        return _reduce(x, Ops.ADD, axes)
+    return blocked.blocked_sum(x, axes)
 
 
 def _expand(x: UOp, shape: tuple[int, ...]) -> UOp:

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import lazy, reduce
+from plygrad.frontend import blocked, lazy, reduce
 from plygrad.frontend.composite import composite
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import DType, DTypeLike, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype, to_dtype
@@ -41,7 +41,7 @@ def matmul(x: Tensor, other: Tensor) -> Tensor:
         raise ShapeError(f"matmul of shapes {x.shape} and {other.shape}: inner sizes {a.shape[-1]} and "
                          f"{b.shape[-2]} differ")
     if (x.ndim >= 2 and other.ndim >= 2 and x.dtype is other.dtype and x.dtype.is_float
-            and x.dtype not in reduce.HALF_FLOATS and dim_max(x.shape[-1]) <= reduce.SPLIT_ABOVE
+            and x.dtype not in reduce.HALF_FLOATS and dim_max(x.shape[-1]) <= blocked.SPLIT_ABOVE
             and not type(x).no_grad):
         return _matmul_nodes(x, other)
     return _matmul_by_tensors(x, other, a, b)

@@ -6,19 +6,10 @@ scheduler strips for free. Sums accumulate in `sum_acc_dtype` (bool and narrow i
 float16 and bfloat16 accumulate in float32 and round once at the end, as PyTorch does, since a long half-precision
 running sum loses every small addend; mean, softmax and matmul of half floats also compute in float32 and round once.
 
-Long float sums are blocked (`_blocked`): a sum over more than SPLIT_ABOVE elements becomes sums of blocks of
-BLOCK elements, then a sum of those partial sums (again blocked if there are many), so no accumulator ever adds more
-than BLOCK terms. A single running float32 sum stops growing at 2^24 (adding 1.0 to 16777216.0 gives 16777216.0)
-and its rounding error grows with n; blocked, the error grows like BLOCK * log_BLOCK(n) and 2^25 ones sum exactly.
-It also gives the first kernel independent partials per block, which the CPU backend spreads over its cores and a
-GPU over its workgroups. A block of a float sum is read as `rows` rows of LANES consecutive elements and gives
-LANES partials, one per column (each adding `rows` terms): the first kernel then loads whole rows as vectors
-into LANES vector-lane accumulators, walking memory in order, where one partial per block would have made its
-vector lanes of 16 blocks each a row apart (a gather per vector). The partials of all blocks go to the next level.
-`rows` is BLOCK/LANES, or more (up to BLOCK) where that keeps the partials to BLOCK, or else to SPLIT_ABOVE, so the
-next level is the last (`_rows_per_block`): a sum of 4096 x 4096 floats is then two kernels, not three (each a
-launch and a pass the call pays for), and the second a short one.
-Every reduction kernel a scheduler or code generator makes from this graph keeps the property: it is in the graph.
+Long float sums are blocked (`_blocked`, built by blocked.py, whose docstring says why and how): a sum over more
+than SPLIT_ABOVE elements becomes sums of blocks of at most BLOCK terms, then a sum of those partial sums, so no
+accumulator adds more than BLOCK terms (2^25 ones sum exactly) and the first kernel has independent partials to
+spread over cores or workgroups. Gradients of broadcasts are summed the same way (autograd.py).
 
 Other long reductions with few outputs (max, integer sums, products over more than SPLIT_ABOVE elements into at
 most FEW_OUTPUTS values) are staged the same way, for that second reason alone: a full reduction in one kernel would
@@ -37,7 +28,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from plygrad.frontend import creation, elementwise, lazy, movement, scan
+from plygrad.frontend import creation, elementwise, movement, scan
+from plygrad.frontend.blocked import BLOCK, LANES, SPLIT_ABOVE, blocked_sum, rows_per_block
 from plygrad.frontend.composite import composite
 from plygrad.frontend.symbolic import is_sym, size_tensor
 from plygrad.ir import DTypeLike, Ops, ShapeError, UOp, dtypes, reduce_identity, sum_acc_dtype, to_dtype
@@ -50,15 +42,6 @@ Axis = int | Sequence[int] | None
 
 
 HALF_FLOATS = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)  # accumulate in float32
-
-
-SPLIT_ABOVE: Final = 1 << 14  # float sums over more elements than this are blocked
-
-
-BLOCK: Final = 1 << 12  # terms one accumulator adds at most in a blocked sum
-
-
-LANES: Final = 16  # a block of a float sum gives this many partials, each the sum of every LANES-th term
 
 
 FEW_OUTPUTS: Final = 16  # a long max/integer sum/product into at most this many values is staged too
@@ -112,7 +95,7 @@ def _blocked_by_tensors(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
     x = t.permute(*kept_axes, *axes).reshape(*kept_shape, n)
     while n > SPLIT_ABOVE:
         if op is Ops.ADD:  # LANES strided partials per block: contiguous vector loads (module docstring)
-            rows = _rows_per_block(n)
+            rows = rows_per_block(n)
             blocks = -(-n // (rows * LANES))
             pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * rows * LANES - n),)
             x = movement._pad_zeros(x, pairs).reshape(*kept_shape, blocks, rows, LANES)
@@ -130,44 +113,10 @@ def _blocked_by_tensors(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
 
 
 def _blocked_sum(t: Tensor, axes: tuple[int, ...]) -> Tensor:
-    """`_blocked` for a sum, built as one chain of nodes in one Tensor: the graph the op-by-op form builds
-    through ~8 Tensors (each a graph walk, a gradient decision and a reader record) for every `sum()` call.
-    Not under no_grad, where the op-by-op form wraps its first op in a gradient stop (lazy.py)."""
-    kept_axes = tuple(i for i in range(t.ndim) if i not in axes)
-    kept_shape = tuple(t.shape[i] for i in kept_axes)
-    n = math.prod(t.shape[a] for a in axes)
-    order = (*kept_axes, *axes)
-    node = t.uop if order == tuple(range(t.ndim)) else lazy.movement(t.uop, Ops.PERMUTE, order)
-    node = _reshaped(node, (*kept_shape, n))
-    while n > SPLIT_ABOVE:
-        rows = _rows_per_block(n)
-        blocks = -(-n // (rows * LANES))
-        padding = blocks * rows * LANES - n
-        if padding:
-            node = lazy.movement(node, Ops.PAD, ((0, 0),) * len(kept_shape) + ((0, padding),))
-        node = _reshaped(node, (*kept_shape, blocks, rows, LANES))
-        node = UOp(Ops.REDUCE, node.dtype, (node,), (Ops.ADD, (len(kept_shape) + 1,)))
-        n = blocks * LANES
-        node = _reshaped(node, (*kept_shape, n))
-    node = UOp(Ops.REDUCE, node.dtype, (node,), (Ops.ADD, (len(kept_shape),)))
-    return t._new(_reshaped(node, tuple(1 if i in axes else d for i, d in enumerate(t.shape))))
-
-
-def _reshaped(node: UOp, shape: tuple[int, ...]) -> UOp:
-    """`node` viewed as `shape` (itself when it has that shape already, as `reshape` returns a tensor)."""
-    return node if node.shape == shape else lazy.movement(node, Ops.RESHAPE, shape)
-
-
-def _rows_per_block(n: int) -> int:
-    """Rows of LANES elements per block at a level of a blocked float sum over `n` elements: BLOCK/LANES, doubled
-    (at most to BLOCK, so no partial adds more than BLOCK terms) while there would be more than BLOCK partials.
-    The next level, often the last, is then one serial chain of at most BLOCK adds where it can be (a sum of 4096 x
-    4096 floats: 4096 partials of 4096 terms, not 16384 of 1024; its finishing kernel took 17-19 us of a 1.5 ms
-    call on the 2-core dev VM, a dependent add every 4 cycles) and at most SPLIT_ABOVE past that."""
-    rows = BLOCK // LANES
-    while rows < BLOCK and -(-n // (rows * LANES)) * LANES > BLOCK:
-        rows *= 2
-    return rows
+    """`_blocked` for a sum, built as one chain of nodes in one Tensor (blocked.blocked_sum): the graph the op-by-op
+    form builds through ~8 Tensors (each a graph walk, a gradient decision and a reader record) for every `sum()`
+    call. Not under no_grad, where the op-by-op form wraps its first op in a gradient stop (lazy.py)."""
+    return t._new(blocked_sum(t.uop, axes))
 
 
 @composite()
