@@ -130,10 +130,11 @@ class Buffer:
         self.copyout_into(out)
         return bytes(out)
 
-    def __del__(self) -> None:
+    def __del__(self, _finalizing: Any = sys.is_finalizing) -> None:
         # at interpreter exit the module's table may be gone, the backend's modules (cffi, its library) may already
-        # be torn down, and the process is returning all its memory anyway: freeing then can only fail
-        if sys.is_finalizing():
+        # be torn down, and the process is returning all its memory anyway: freeing then can only fail. The check is
+        # bound when the class is made: tearing modules down sets their globals (`sys` here) to None
+        if _finalizing() or _TABLE is None:
             return
         buffer_id = getattr(self, "id", None)  # absent when __init__ raised
         if buffer_id is not None:
