@@ -70,6 +70,7 @@ PINNED: dict[int, str] = {
 SHORT_PINNED = (18,)
 
 
+@pytest.mark.slow  # real sizes: under gpu-check every kernel is also compiled for three GPU targets
 @pytest.mark.parametrize("seed", sorted(PINNED))
 def test_pinned_programs_at_real_sizes(seed: int) -> None:
     failure = up.run(up.generate(seed))
