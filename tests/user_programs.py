@@ -341,21 +341,25 @@ def pad(d: Draw, v: Value) -> Step | None:
                  distinct=False)
 
 
+def _random_slice(d: Draw, s: int, whole: float, steps: tuple[int, ...]) -> tuple[str, int]:
+    """One axis of a basic index: `:` with probability `whole`, else start:stop[:step]; its text and length."""
+    if d.chance(whole):
+        return ":", s
+    start = int(d.rng.integers(s))
+    stop = int(d.rng.integers(start + 1, s + 1))
+    step = int(d.pick(steps))
+    return f"{start}:{stop}" + (f":{step}" if step > 1 else ""), len(range(start, stop, step))
+
+
 def slicing(d: Draw, v: Value) -> Step | None:
     parts, shape = [], []
     for s in v.shape:
         if s > 1 and d.chance(0.15) and len(v.shape) > 1 and len(shape) + 1 < len(v.shape):
             parts.append(str(int(d.rng.integers(s))))  # an integer index drops the axis
             continue
-        if d.chance(0.4):
-            parts.append(":")
-            shape.append(s)
-            continue
-        start = int(d.rng.integers(s))
-        stop = int(d.rng.integers(start + 1, s + 1))
-        step = int(d.pick((1, 1, 2, 3)))
-        parts.append(f"{start}:{stop}" + (f":{step}" if step > 1 else ""))
-        shape.append(len(range(start, stop, step)))
+        part, size = _random_slice(d, s, 0.4, (1, 1, 2, 3))
+        parts.append(part)
+        shape.append(size)
     return _step(d, "slice", v, tuple(shape) or (), "{a}[" + ", ".join(parts) + "]")
 
 
@@ -471,15 +475,9 @@ def setitem(d: Draw, v: Value) -> Step | None:
         return None
     parts, view = [], []
     for s in v.shape:
-        if d.chance(0.35):
-            parts.append(":")
-            view.append(s)
-            continue
-        start = int(d.rng.integers(s))
-        stop = int(d.rng.integers(start + 1, s + 1))
-        step = int(d.pick((1, 2, 3)))
-        parts.append(f"{start}:{stop}" + (f":{step}" if step > 1 else ""))
-        view.append(len(range(start, stop, step)))
+        part, size = _random_slice(d, s, 0.35, (1, 2, 3))
+        parts.append(part)
+        view.append(size)
     index = "[" + ", ".join(parts) + "]"
     if d.chance(0.25):
         val, deps, grad = ("3" if v.kind == "i32" else "0.5"), (), v.grad
