@@ -421,6 +421,6 @@ def load_plan(schedule: bytes | UOp, producer: str | None = None) -> ExecPlan:
         built = _build(schedule, producer)  # unlocked: lowering may compile for seconds
         with _PLANS_LOCK:
             plan = _PLANS.setdefault(key, built)
-            if len(_PLANS) > MAX_PLANS:
+            while len(_PLANS) > MAX_PLANS:
                 _PLANS.popitem(last=False)
     return plan

@@ -48,9 +48,13 @@ BASE_FLAGS: Final = ("-O2", "-fPIC", "-shared", "-ffp-contract=off")
 # to float16 that a float16 layernorm's elementwise kernel does after every op (11998 of 12000 outputs wrong, seen
 # by the CUDA check comparing with this backend); half math here is float math rounded per op, which F16C
 # conversions do, so the FP16 arithmetic unit is not needed.
+# -Wl,-z,noseparate-code -Wl,-z,norelro: a loaded library then takes two memory mappings (code, data) instead of
+# five (separate read-only, code, read-only, relro and data segments); a process may hold only vm.max_map_count
+# (65530) mappings, and a long session keeps thousands of programs loaded (backend.py's _KEPT_FOREVER). Both only
+# harden against overwriting a library's own tables, and these libraries are code this process just wrote.
 # Compilers or arches without a flag skip it (the probe compiles with each flag alone).
 OPTIONAL_FLAGS: Final = ("-march=native", "-fno-tree-loop-if-convert", "-fno-tree-loop-vectorize", "-mno-avx512fp16",
-                          "-fopenmp")
+                          "-fopenmp", "-Wl,-z,noseparate-code", "-Wl,-z,norelro")
 _PROBE_SOURCE: Final = """
 #include <math.h>
 void probe(float* restrict out, long long n) {
