@@ -27,7 +27,8 @@ from typing import Final
 
 from plygrad.runtime import tempfiles
 from plygrad.runtime.cache import PROGRAMS
-from plygrad.runtime.errors import BackendError, CompileError
+from plygrad.runtime.compiling import compile_in_folder, run_tool
+from plygrad.runtime.errors import BackendError
 from plygrad.runtime.plugin import Compiler
 
 # -ffp-contract=off: the IR rounds after every op, so the compiler must not fuse a*b+c into one rounding
@@ -62,7 +63,6 @@ void probe(float* restrict out, long long n) {
   for (long long i = 0; i < n; i++) out[i] = sqrtf((float)i);
 }
 """
-_TIMEOUT_S: Final = 300
 # the program cache's folder of probed toolchains (probe_toolchain), and the version of what a record holds
 TOOLCHAIN_FOLDER: Final = "toolchains"
 _TOOLCHAIN_RECORD_VERSION: Final = 1
@@ -106,18 +106,12 @@ def compiler_candidates() -> list[tuple[str, ...]]:
     return list(found.values())
 
 
-def _run(command: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    # the command is the compiler this process found (CC or PATH) and fixed flags; no shell is involved
-    return subprocess.run(command, cwd=cwd, input=stdin, capture_output=True, text=True, timeout=_TIMEOUT_S,  # noqa: S603
-                          check=False)
-
-
 def _compiles(command: tuple[str, ...], flags: tuple[str, ...]) -> bool:
     with tempfiles.temp_dir(BUILD_PREFIX) as tmp:
         folder = Path(tmp)
         (folder / "probe.c").write_text(_PROBE_SOURCE)
         try:
-            done = _run([*command, *flags, "-o", "probe.so", "probe.c", "-lm"], folder)
+            done = run_tool([*command, *flags, "-o", "probe.so", "probe.c", "-lm"], folder)
         except (OSError, subprocess.SubprocessError):
             return False
         return done.returncode == 0
@@ -196,7 +190,7 @@ def pick_toolchain(candidates: list[tuple[str, ...]]) -> Toolchain:
 
 def _probe(command: tuple[str, ...]) -> Toolchain:
     try:
-        version = _run([*command, "--version"], Path.cwd()).stdout.splitlines()
+        version = run_tool([*command, "--version"], Path.cwd()).stdout.splitlines()
     except (OSError, subprocess.SubprocessError) as exc:
         raise BackendError(f"C compiler {' '.join(command)!r} does not run: {exc}; install gcc or clang") from exc
     if not _compiles(command, BASE_FLAGS):
@@ -204,17 +198,6 @@ def _probe(command: tuple[str, ...]) -> Toolchain:
                            f"{' '.join(BASE_FLAGS)}: install gcc or clang")
     flags = BASE_FLAGS + tuple(f for f in OPTIONAL_FLAGS if _compiles(command, (*BASE_FLAGS, f)))
     return Toolchain(command, version[0].strip() if version else "unknown version", flags)
-
-
-def compile_error(source: str, stderr: str, command: str) -> CompileError:
-    """A CompileError quoting the first source line the compiler blamed, plus its first diagnostics."""
-    match = _ERROR_LINE.search(stderr)
-    line = int(match.group(1)) if match else 0
-    lines = source.splitlines()
-    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-    where = f" at line {line}: `{text}`" if line else ""
-    diagnostics = "\n".join(stderr.strip().splitlines()[:12])
-    return CompileError(f"{command} rejected the program{where}\n{diagnostics}", line=line, source_line=text)
 
 
 def host_cpu() -> str:
@@ -243,14 +226,7 @@ class CCompiler(Compiler):
         return f"cpu-c {' '.join(chain.command)} | {chain.version} | {' '.join(chain.flags)}{host}"
 
     def compile(self, source: str) -> bytes:
-        with tempfiles.temp_dir(BUILD_PREFIX) as tmp:
-            folder = Path(tmp)
-            (folder / "program.c").write_text(source)
-            command = [*self.toolchain.command, *self.toolchain.flags, "-o", "program.so", "program.c", "-lm"]
-            try:
-                done = _run(command, folder)
-            except subprocess.TimeoutExpired as exc:
-                raise CompileError(f"{command[0]} took longer than {_TIMEOUT_S} s on the program") from exc
-            if done.returncode != 0:
-                raise compile_error(source, done.stderr, " ".join(self.toolchain.command))
-            return (folder / "program.so").read_bytes()
+        command = [*self.toolchain.command, *self.toolchain.flags, "-o", "program.so", "program.c", "-lm"]
+        return compile_in_folder(source, steps=[command], source_name="program.c", output_name="program.so",
+                                 build_prefix=BUILD_PREFIX, compiler=" ".join(self.toolchain.command),
+                                 error_line=_ERROR_LINE, stdout_too=False)

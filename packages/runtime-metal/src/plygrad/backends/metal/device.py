@@ -1,23 +1,10 @@
 """The Metal calls the backend makes, as Objective-C messages through an `ObjC` runtime (objc.py).
 
-One `MetalDevice` wraps the Mac's GPU (`MTLCreateSystemDefaultDevice`) and its one command queue:
-
-- **memory**: `newBufferWithLength:options:` with shared storage (the CPU and GPU see the same bytes; Apple GPUs
-  have unified memory), read and written through `contents`;
-- **programs**: `newLibraryWithSource:options:error:` (the MSL text, compiled by the Metal framework in process)
-  or `newLibraryWithData:error:` (a metallib from `xcrun metal`), then `newFunctionWithName:` and
-  `newComputePipelineStateWithFunction:error:`. The compile options keep docs/ir.md's arithmetic: `mathMode` safe
-  and the precise math functions where macOS has them (15+), else `fastMathEnabled` off (fast math is Metal's
-  default: it would assume no NaN or inf and contract a*b+c);
-- **launches**: a command buffer per launch, one compute encoder: the pipeline, `setBuffer:offset:atIndex:` per
-  buffer and `setBytes:length:atIndex:` per variable (launch.py lays them out), `dispatchThreadgroups:
-  threadsPerThreadgroup:`, `endEncoding`, `commit` (a kernel with more than 31 bindings gets one argument struct of
-  GPU addresses instead, its buffers made resident with `useResource:usage:`). Command buffers of one queue run in
-  order, so waiting for the last one waits for all (`waitUntilCompleted`); `GPUStartTime`/`GPUEndTime` time one,
-  and `status`/`error` say whether it failed.
-
-Errors are `BackendError`s naming the message that failed and Metal's own description; a library that does not
-compile raises `CompileError` with the first line Metal blamed (`program_source:LINE:COL: error: ...`).
+One `MetalDevice` wraps the Mac's GPU (`MTLCreateSystemDefaultDevice`) and its one command queue: shared-storage
+buffers, libraries from MSL source or a metallib with docs/ir.md's arithmetic, and one command buffer per launch
+(which messages, in what order: docs/backends.md, "Metal: the Apple backend"). Errors are `BackendError`s naming
+the message that failed and Metal's own description; a library that does not compile raises `CompileError` with
+the first line Metal blamed (`program_source:LINE:COL: error: ...`).
 """
 
 from __future__ import annotations
@@ -29,7 +16,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from plygrad.backends.metal.objc import MTLSize, ObjC
-from plygrad.runtime.errors import BackendError, CompileError
+from plygrad.runtime.compiling import compile_error
+from plygrad.runtime.errors import BackendError
 
 MTL_RESOURCE_STORAGE_MODE_SHARED: Final = 0
 MTL_RESOURCE_USAGE_READ_WRITE: Final = 1 | 2
@@ -39,7 +27,8 @@ MTL_COMMAND_BUFFER_STATUS_COMPLETED: Final = 4
 MTL_COMMAND_BUFFER_STATUS_ERROR: Final = 5
 # MTLGPUFamily values, newest first: what Target.metal's arch names
 GPU_FAMILIES: Final = (("apple10", 1010), ("apple9", 1009), ("apple8", 1008), ("apple7", 1007), ("mac2", 2002))
-_LINE: Final = re.compile(r"program_source:(\d+):\d+: (?:fatal )?error: ?(.*)")
+# Metal reports `program_source:LINE:COL: error: ...`
+_LINE: Final = re.compile(r"program_source:(\d+):\d+: (?:fatal )?error")
 
 
 @dataclass(frozen=True)
@@ -58,17 +47,6 @@ class Completion:
 
     buffer: int
     name: str
-
-
-def compile_error(log: str, source: str) -> CompileError:
-    """A CompileError quoting the first source line Metal blamed, plus its first diagnostics."""
-    match = _LINE.search(log)
-    line = int(match.group(1)) if match else 0
-    lines = source.splitlines()
-    text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-    where = f" at line {line}: `{text}`" if text else ""
-    diagnostics = "\n".join(log.strip().splitlines()[:12])
-    return CompileError(f"Metal rejected the program{where}\n{diagnostics}", line=line, source_line=text)
 
 
 class MetalDevice:
@@ -156,7 +134,7 @@ class MetalDevice:
             finally:
                 self.release(options)
             if not library:
-                raise compile_error(self._error_text(error.value or 0), source)
+                raise compile_error(source, self._error_text(error.value or 0), "Metal", _LINE)
         return int(library)
 
     def library_from_data(self, data: bytes) -> int:
