@@ -1,4 +1,4 @@
-"""plygrad.ir: the one IR every plygrad layer speaks (DESIGN.md §2-§3, docs/ir.md).
+"""plygrad.ir: the one IR every plygrad layer speaks (docs/design.md §2-§3, docs/ir.md).
 
 dtypes and promotion, `Ops` and hash-consed `UOp`s, the rewrite engine (`UPat`, `PatternMatcher`,
 `graph_rewrite`), symbolic simplification, `Target`, per-stage verification, and binary/text serialization.

@@ -1,4 +1,4 @@
-"""Binary encoding of UOp argument values and of the tables they refer to (DESIGN.md §3).
+"""Binary encoding of UOp argument values and of the tables they refer to (docs/design.md §3).
 
 Graphs and `Target`s share this value encoding: one tag byte, then the payload. Things that repeat across a blob
 and are identified by name (ops, dtypes, enum members, record types) are stored once in tables at the front of the

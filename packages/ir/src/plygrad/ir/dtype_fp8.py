@@ -1,24 +1,9 @@
 """The four 8-bit float formats: their bit layouts, and exact conversion between their bits and Python floats.
 
-Each format is sign, exponent and mantissa in one byte; they differ in what the all-ones exponent means:
-
-| dtype | bits | bias | largest | inf | NaN | -0 |
-|---|---|---|---|---|---|---|
-| `fp8e4m3` (OCP E4M3FN, `float8_e4m3fn`) | 1.4.3 | 7 | 448 | none | S.1111.111 only | yes |
-| `fp8e5m2` (OCP E5M2, `float8_e5m2`) | 1.5.2 | 15 | 57344 | S.11111.00 | S.11111.xx, xx != 0 | yes |
-| `fp8e4m3fnuz` (`float8_e4m3fnuz`) | 1.4.3 | 8 | 240 | none | 0x80 only | no |
-| `fp8e5m2fnuz` (`float8_e5m2fnuz`) | 1.5.2 | 16 | 57344 | none | 0x80 only | no |
-
-Conversion from a float goes through float32 first, as PyTorch (c10::Float8_*) converts a double (and ml_dtypes
-did before 0.7.0, which rounds a double once), and as bfloat16 does here: a double just beside an fp8 tie becomes
-the tie in float32, then its even neighbour (docs/ir.md). From float32 it rounds once, to nearest with ties to even,
-as if the exponent range had no top; a result
-past the largest finite value is the format's overflow value: inf for `fp8e5m2`, NaN for the others (no
-saturation). NaN stays NaN with its sign where the format has signed NaNs, and a `fnuz` format turns -0 into +0.
-These are `ml_dtypes`' rules, which the tests check bit for bit, with one difference in NaN payloads: ml_dtypes
-makes every `fp8e5m2` NaN the canonical quiet one, where plygrad keeps the payload's top bits (quieted only when
-they are all zero), as its float16 conversion does, so BITCAST to `fp8e5m2` and back gives the same bits. The
-renderers' C conversions (codegen `renderer/fp8.py`) implement the same algorithm.
+`fp8e4m3`, `fp8e5m2`, `fp8e4m3fnuz` and `fp8e5m2fnuz` differ in bias and in what the all-ones exponent means.
+Conversion rounds through float32, then to nearest even with no saturation, keeping NaN payloads as float16 does;
+the table of layouts and the rounding rules (and where they differ from ml_dtypes and PyTorch) are in docs/ir.md §3,
+"fp8". The renderers' C conversions (codegen `renderer/fp8.py`) implement the same algorithm.
 """
 
 from __future__ import annotations

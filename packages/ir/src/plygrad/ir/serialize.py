@@ -1,21 +1,9 @@
-"""The binary form of the IR: what crosses every layer boundary (DESIGN.md §2-§3).
+"""The binary form of the IR: what crosses every layer boundary (docs/design.md §2-§3).
 
-Layout (all integers little-endian; "varint" is LEB128, "zigzag" a signed varint; see argcodec.py):
-
-    header   magic b"\\x89PLYIR\\r\\n", format major/minor, opset major/minor (u16 each), payload kind (u8),
-             stage (u8)
-    tables   ops (names), dtypes (structured), enum members (class + member name), record types (names)
-    graph    node count N; then three columns of N entries each: op index, dtype index, source count; then the
-             sources of every node, concatenated (node indices, each < the node's own index); then N argument
-             values. A column is one width byte (1, 2 or 4) followed by fixed-width unsigned entries.
-    target   one value, a Target record
-
-Why columns: a reader turns a whole column into Python ints with one C-level call (`bytes` indexing or
-`array.frombytes`) instead of a Python-level varint loop per field, which keeps a 10k-node graph in milliseconds.
-Nodes are in topological order (each written once, sources referring back), so a shared subgraph stays shared and
-hash-consing hands back the very objects that were written. The root is the last node.
-
-The magic's \\x89 and \\r\\n catch the usual ways a binary blob gets mangled (7-bit channels, newline conversion).
+A header (magic, format and opset versions, payload kind, stage), tables of the names the graph uses, then the
+graph as columns of fixed-width entries (op, dtype, source count; sources; arguments) in topological order, so a
+shared subgraph stays shared and a reader decodes a whole column with one C-level call. The byte layout and the
+contract for untrusted input are in docs/ir.md §8; argument values are encoded by argcodec.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The four IR stages of DESIGN.md §2, plus GRAPH for "any well-formed graph"."""
+"""The four IR stages of docs/design.md §2, plus GRAPH for "any well-formed graph"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
 """Tensor graphs keyed by structure: what a schedule cache looks a graph up by.
 
-Two realizes of `x + 1` over different buffers, or of a slice at a different bound offset, need the same kernels:
-the kernels depend on the graph's ops, shapes, dtypes and devices, not on which runtime buffer is read or which
-value a variable is bound to. `structural_key` makes that key once for every layer that needs it (the frontend's
-schedule cache, the one schedule cache):
-
-- every BUFFER gets its rank in the order the graph first reaches it (toposort) as its id; device, dtype and size
-  stay, since they change the kernels;
-- every BIND is bound to its variable's minimum (kernels take the variable; only the CALL carries the value), and
-  a `rename` callback may also replace the variable (the frontend numbers its random-draw variables by rank, so
-  draws at any seed and offset are one structure).
-
-`StructuralKey.back` maps each BUFFER and BIND of the key to the graph's own, so a schedule made for the key gets
-the real ones substituted back (a rewrite of CALL sources, never of kernels); `buffer_ids[r]` is the real id of
-rank `r`.
+`structural_key` replaces each BUFFER's id by its rank of first reach and binds each BIND to its variable's
+minimum, since kernels depend on ops, shapes, dtypes and devices, not on which buffer is read or which value is
+bound. `StructuralKey.back` maps the key's BUFFERs and BINDs back to the graph's own, so a schedule made for the
+key gets the real ones substituted into its CALLs. docs/ir.md §12.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """Symbolic simplification of scalar expressions, written as rule tables on the rewrite engine.
 
-Three tables, composed once at the bottom of this file:
-- `constant_folding`: an ALU op whose sources are all constants becomes the constant `exec_alu` computes at the
-  node's dtype (including the IR's defined results where C has none: x / 0 = 0, docs/ir.md §5).
-- `algebraic`: identities that are exact for the dtype. Floats only get the ones that hold for every float
-  (x*1, x-0.0, --x, max(x,x), where(c,x,x), ...): x+0, x*0 and x-x are wrong for NaN, inf or -0.0, and floats
-  are never reassociated.
-- `index_math`: range-aware rules that use the interval analysis of `UOp.vmin/vmax` (nodes whose bounds pin one
-  value become that constant, comparisons decided by bounds fold, x%c -> x when 0 <= x < c, division of sums
-  whose terms are multiples of the divisor, ...).
-
-Fixed-width integers: int8..uint64 wrap around, so an identity that holds over the integers can be wrong for them.
-The policy here:
-- identities of modular arithmetic (x+0, x*1, x*0, x-x, combining constants of +, *, &, |, ^, max across a chain,
-  x*a + x*b -> x*(a+b)) hold under wraparound, so they apply to every integer dtype;
-- rules decided by bounds (collapse to a constant, x%c -> x, max(x,y) -> x, comparisons) apply to every integer
-  dtype too, because `vmin/vmax` is sound under wraparound: where a value may wrap, uop.py gives the dtype's whole
-  range and nothing is decided;
-- identities that need unbounded integers (splitting (x*c + y)//c, (x*a)//b, (x//a)//b when a*b overflows) apply
-  only to the `index` dtype, which is the unbounded integer of index math.
+Three tables, composed once at the bottom of this file: `constant_folding` (all-constant ALU ops become the
+constant `exec_alu` computes), `algebraic` (identities exact for the dtype; floats are never reassociated) and
+`index_math` (range-aware rules on `UOp.vmin/vmax`). Which identities hold for floats, for wrapping fixed-width
+integers and only for the unbounded `index` dtype: docs/ir.md §11.1.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The text form of the IR: one line per node, for debugging, test fixtures and golden files.
 
-    plygrad-ir format 1.0 opset 1.2 stage KERNEL
+    plygrad-ir format 1.0 opset 1.3 stage KERNEL
     %0 = PARAM ptr(float32,global,16) () 0
     %1 = CONST index () 16
-    %2 = RANGE index (%1) (0, AxisType.LOOP)
-    ...
-    root %7
+    root %1
 
-A node line is `%name = OP DTYPE (SOURCES) ARG`. Sources name earlier nodes, so the text is a topological order
-and a shared subgraph is written once. Arguments read like Python literals, with three exceptions that keep every
-value exact and unambiguous: floats are hex floats (`0x1.8p+1`, `-0x0.0p+0`, `inf`, `nan`, and `nan(0x...)` with
-the 64 bits of any NaN that is not the canonical one), strings use JSON's escapes (see `string_text`), and
-dtypes, enum members (`Ops.ADD`) and records (`BufferRef(id=0, device="CPU", size=4)`) are written by name.
-`#` starts a comment.
-
-The reader is a small hand-written tokenizer plus recursive descent bounded by MAX_DEPTH; it never calls `eval`.
-Errors raise IRDecodeError naming the line and column, with the character offset in `.offset`.
+A node line is `%name = OP DTYPE (SOURCES) ARG`; sources name earlier nodes, so a shared subgraph is written once.
+Values are exact: hex floats, JSON-escaped strings, dtypes, enum members and records by name; `#` starts a comment.
+The reader is a hand-written tokenizer plus recursive descent bounded by MAX_DEPTH (never `eval`); errors raise
+IRDecodeError naming the line and column. docs/ir.md §8.
 """
 
 from __future__ import annotations

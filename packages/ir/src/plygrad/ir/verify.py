@@ -1,6 +1,6 @@
 """Per-stage IR verification: `verify(uop, stage)` raises IRVerifyError naming the node and the rule it breaks.
 
-Every boundary of DESIGN.md §2 hands a graph over as bytes that may come from anywhere, so the reader verifies
+Every boundary of docs/design.md §2 hands a graph over as bytes that may come from anywhere, so the reader verifies
 what it decoded before any pass touches it. The rules are data: verify_graph.GRAPH_RULES gives every op's
 structural row (source count, argument and dtype checks) and verify_stage.STAGES says, per stage, which op the
 root is, which ops may appear and what each adds. This module only walks and reports, in one fixed order:

@@ -1,4 +1,4 @@
-"""The stage rules: which ops each boundary of DESIGN.md §2 carries, and what each must look like there.
+"""The stage rules: which ops each boundary of docs/design.md §2 carries, and what each must look like there.
 
 A stage is a `StageSpec`: the op its root must be, extra checks for the root, the ops allowed below the root with
 their extra checks (on top of the GRAPH rules of verify_graph.py, which every node obeys in every stage), checks
