@@ -1,19 +1,12 @@
 """The HIP runtime (`libamdhip64.so`) through ctypes: only the calls the AMD backend makes, each checked.
 
-The library is opened by `load_hip`, which the backend's factory calls: importing this module touches nothing, so
-`import plygrad.runtime` and `python -m plygrad.runtime` work on machines without ROCm. Every failing call raises
-`HipError` naming the call, the HIP error name and what was asked (`hipMalloc: hipErrorOutOfMemory, asked 80 GiB,
-2 GiB free of 64 GiB (out of memory)`). The states in which the runtime cannot serve at all (no library, no GPU)
-raise `BackendError("unavailable: ...")`, which the registry records.
-
-`HipRuntime` wraps any object with the runtime's functions as attributes, so the error mapping and formatting can be
-tested with a stand-in for the library on machines without a GPU; `load_hip` gives it the real one, with every
-prototype declared (argtypes and restype), so ctypes converts Python ints to the right widths.
-
-Two facts of the HIP ABI shape this module. The device properties struct changed layout between ROCm 5 and 6
-(`hipGetDevicePropertiesR0600` is 6's), so the arch is read as the `gfx...` string the struct holds
-(`gcnArchName`), found by its form rather than by an offset. And a launch passes its arguments as one packed buffer
-through `hipModuleLaunchKernel`'s `extra` (launch.py), whose list ends with HIP_LAUNCH_PARAM_END = 3, not 0.
+`load_hip`, which the backend's factory calls, opens the library: importing this module touches nothing. A failing
+call raises `HipError` naming the call, the HIP error name and what was asked (`hipMalloc: hipErrorOutOfMemory,
+asked 80 GiB, 2 GiB free of 64 GiB (out of memory)`); no library or no GPU raise `BackendError("unavailable: ...")`,
+which the registry records. `HipRuntime` wraps any object with the runtime's functions, so it is tested with a
+stand-in; the checking and error mapping are plygrad.runtime.driver's `DriverLibrary`. The arch is read as the
+`gfx...` string of the properties struct (its layout changed in ROCm 6), and a launch's `extra` list ends with
+HIP_LAUNCH_PARAM_END = 3, not 0 (docs/backends.md, "AMD: HIP on AMD GPUs").
 """
 
 from __future__ import annotations
@@ -24,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
+from plygrad.runtime.driver import DriverError, DriverLibrary, declare_prototypes, format_bytes
 from plygrad.runtime.errors import BackendError
 
 LIBRARIES: Final = ("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5")
@@ -72,27 +66,13 @@ PROTOTYPES: Final[dict[str, list[Any]]] = {
 OPTIONAL: Final = frozenset({"hipGetDevicePropertiesR0600"})
 
 
-class HipError(BackendError):
+class HipError(DriverError):
     """A HIP runtime call failed; `call`, `status` (the hipError_t) and `name` (e.g. hipErrorInvalidValue) say
     which and how."""
-
-    def __init__(self, message: str, *, call: str, status: int, name: str) -> None:
-        super().__init__(message)
-        self.call = call
-        self.status = status
-        self.name = name
 
 
 class HipOutOfMemoryError(HipError, MemoryError):
     """hipMalloc found no room: a MemoryError too, as the Allocator contract asks."""
-
-
-def format_bytes(nbytes: int) -> str:
-    """80 GiB, 1.5 MiB, 12 bytes: sizes in messages a person reads."""
-    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if nbytes >= unit:
-            return f"{nbytes / unit:.1f}".removesuffix(".0") + f" {name}"
-    return f"{nbytes} bytes"
 
 
 def arch_from_properties(raw: bytes) -> str | None:
@@ -101,12 +81,15 @@ def arch_from_properties(raw: bytes) -> str | None:
     return found.group(0).decode() if found else None
 
 
-class HipRuntime:
+class HipRuntime(DriverLibrary):
     """Checked wrappers over the HIP runtime functions of `lib` (a ctypes library, or a stand-in with the same
     names). Handles (modules, functions, events) and device pointers are plain ints here; 0 is null."""
 
-    def __init__(self, lib: Any) -> None:
-        self.lib = lib
+    SUCCESS = HIP_SUCCESS
+    OUT_OF_MEMORY = HIP_ERROR_OUT_OF_MEMORY
+    error_type = HipError
+    out_of_memory_type = HipOutOfMemoryError
+    unnamed = "HIP error"
 
     # ---- errors ----------------------------------------------------------------------------------------------
     def _text(self, function: str, status: int) -> str:
@@ -118,17 +101,8 @@ class HipRuntime:
             return found.decode(errors="replace")
         return found if isinstance(found, str) else ""
 
-    def error(self, call: str, status: int, detail: str = "") -> HipError:
-        """The exception for `call` returning `status`, its message naming the call, the error and `detail`."""
-        name = self._text("hipGetErrorName", status) or f"HIP error {status}"
-        text = self._text("hipGetErrorString", status)
-        message = f"{call}: {name}" + (f", {detail}" if detail else "") + (f" ({text})" if text else "")
-        kind = HipOutOfMemoryError if status == HIP_ERROR_OUT_OF_MEMORY else HipError
-        return kind(message, call=call, status=status, name=name)
-
-    def check(self, call: str, status: int, detail: str = "") -> None:
-        if status != HIP_SUCCESS:
-            raise self.error(call, status, detail)
+    def status_texts(self, status: int) -> tuple[str, str]:
+        return self._text("hipGetErrorName", status), self._text("hipGetErrorString", status)
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def init(self) -> None:
@@ -137,11 +111,6 @@ class HipRuntime:
         if status in (HIP_ERROR_NO_DEVICE, HIP_ERROR_INSUFFICIENT_DRIVER):
             raise BackendError(f"unavailable: no AMD GPU ({self.error('hipInit', status)})")
         self.check("hipInit", status)
-
-    def _int(self, call: str, *args: Any) -> int:
-        out = ctypes.c_int()
-        self.check(call, getattr(self.lib, call)(ctypes.pointer(out), *args))
-        return out.value
 
     def version(self) -> int:
         """The HIP runtime version (ROCm 6.2: 60240000-ish; major * 10^7 + minor * 10^5 + patch)."""
@@ -191,14 +160,7 @@ class HipRuntime:
         status = self.lib.hipMalloc(ctypes.pointer(out), nbytes)
         if status == HIP_SUCCESS:
             return out.value or 0
-        detail = f"asked {format_bytes(nbytes)}"
-        if status == HIP_ERROR_OUT_OF_MEMORY:
-            try:
-                free, total = self.mem_info()
-                detail += f", {format_bytes(free)} free of {format_bytes(total)}"
-            except HipError:
-                pass  # the allocation's own error is the one to report
-        raise self.error("hipMalloc", status, detail)
+        raise self.allocation_error("hipMalloc", status, nbytes)
 
     def free(self, pointer: int) -> None:
         self.check("hipFree", self.lib.hipFree(pointer), f"pointer {pointer:#x}")
@@ -259,16 +221,8 @@ class HipRuntime:
 def declare(lib: Any, library: str = LIBRARIES[0]) -> None:
     """Give each runtime function of a ctypes library its prototype; a missing required one means a HIP runtime too
     old to use."""
-    for name, argtypes in {**PROTOTYPES, "hipGetDevicePropertiesR0600": PROTOTYPES["hipGetDeviceProperties"]}.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError as exc:
-            if name in OPTIONAL:
-                continue
-            raise BackendError(f"unavailable: {library} has no {name}: the HIP runtime is too old, "
-                               "update ROCm") from exc
-        function.restype = _RESULT
-        function.argtypes = argtypes
+    declare_prototypes(lib, {**PROTOTYPES, "hipGetDevicePropertiesR0600": PROTOTYPES["hipGetDeviceProperties"]},
+                       OPTIONAL, f"{library} has no {{name}}: the HIP runtime is too old, update ROCm")
     for name in ("hipGetErrorName", "hipGetErrorString"):
         function = getattr(lib, name)
         function.restype = ctypes.c_char_p

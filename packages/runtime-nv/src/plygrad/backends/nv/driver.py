@@ -1,14 +1,11 @@
 """The CUDA driver API (`libcuda.so.1`) through ctypes: only the calls the NV backend makes, each checked.
 
-The library is opened by `load_driver`, which the backend's factory calls: importing this module touches nothing,
-so `import plygrad.runtime` and `python -m plygrad.runtime` work on machines without a driver. Every failing call
-raises `CudaError` naming the call, the CUDA error name and what was asked (`cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY,
-asked 80 GiB, 2 GiB free of 80 GiB (out of memory)`). The states in which the driver cannot serve at all (no
-library, no GPU, the toolkit's stub library) raise `BackendError("unavailable: ...")`, which the registry records.
-
-`CudaDriver` wraps any object with the driver's functions as attributes, so the error mapping and formatting can be
-tested with a stand-in for the library on machines without a GPU; `load_driver` gives it the real one, with every
-prototype declared (argtypes and restype), so ctypes converts Python ints to the right widths.
+`load_driver`, which the backend's factory calls, opens the library: importing this module touches nothing. A
+failing call raises `CudaError` naming the call, the CUDA error name and what was asked (`cuMemAlloc:
+CUDA_ERROR_OUT_OF_MEMORY, asked 80 GiB, 2 GiB free of 80 GiB (out of memory)`); no library, no GPU or the
+toolkit's stub library raise `BackendError("unavailable: ...")`, which the registry records. `CudaDriver` wraps any
+object with the driver's functions, so it is tested with a stand-in; the checking and error mapping are
+plygrad.runtime.driver's `DriverLibrary` (docs/backends.md, "The shared plumbing").
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
+from plygrad.runtime.driver import DriverError, DriverLibrary, declare_prototypes, format_bytes
 from plygrad.runtime.errors import BackendError
 
 LIBRARY: Final = "libcuda.so.1"
@@ -89,37 +87,26 @@ class Attribute(enum.IntEnum):
     COMPUTE_CAPABILITY_MINOR = 76
 
 
-class CudaError(BackendError):
+class CudaError(DriverError):
     """A CUDA driver call failed; `call`, `status` (the CUresult) and `name` (e.g. CUDA_ERROR_INVALID_VALUE) say
     which and how."""
-
-    def __init__(self, message: str, *, call: str, status: int, name: str) -> None:
-        super().__init__(message)
-        self.call = call
-        self.status = status
-        self.name = name
 
 
 class CudaOutOfMemoryError(CudaError, MemoryError):
     """cuMemAlloc found no room: a MemoryError too, as the Allocator contract asks."""
 
 
-def format_bytes(nbytes: int) -> str:
-    """80 GiB, 1.5 MiB, 12 bytes: sizes in messages a person reads."""
-    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if nbytes >= unit:
-            return f"{nbytes / unit:.1f}".removesuffix(".0") + f" {name}"
-    return f"{nbytes} bytes"
-
-
-class CudaDriver:
+class CudaDriver(DriverLibrary):
     """Checked wrappers over the driver functions of `lib` (a ctypes library, or a stand-in with the same names).
 
     Handles (contexts, modules, functions, events) and device pointers are plain ints here; 0 is null.
     """
 
-    def __init__(self, lib: Any) -> None:
-        self.lib = lib
+    SUCCESS = CUDA_SUCCESS
+    OUT_OF_MEMORY = CUDA_ERROR_OUT_OF_MEMORY
+    error_type = CudaError
+    out_of_memory_type = CudaOutOfMemoryError
+    unnamed = "CUDA error"
 
     # ---- errors ----------------------------------------------------------------------------------------------
     def _string(self, function: str, status: int) -> str:
@@ -130,17 +117,8 @@ class CudaDriver:
             return ""
         return out.value.decode(errors="replace") if found == CUDA_SUCCESS and out.value else ""
 
-    def error(self, call: str, status: int, detail: str = "") -> CudaError:
-        """The exception for `call` returning `status`, its message naming the call, the error and `detail`."""
-        name = self._string("cuGetErrorName", status) or f"CUDA error {status}"
-        text = self._string("cuGetErrorString", status)
-        message = f"{call}: {name}" + (f", {detail}" if detail else "") + (f" ({text})" if text else "")
-        kind = CudaOutOfMemoryError if status == CUDA_ERROR_OUT_OF_MEMORY else CudaError
-        return kind(message, call=call, status=status, name=name)
-
-    def check(self, call: str, status: int, detail: str = "") -> None:
-        if status != CUDA_SUCCESS:
-            raise self.error(call, status, detail)
+    def status_texts(self, status: int) -> tuple[str, str]:
+        return self._string("cuGetErrorName", status), self._string("cuGetErrorString", status)
 
     # ---- setup -----------------------------------------------------------------------------------------------
     def init(self) -> None:
@@ -152,11 +130,6 @@ class CudaDriver:
             raise BackendError(f"unavailable: {LIBRARY} is the CUDA toolkit's stub, not a driver "
                                f"({self.error('cuInit', status)}); install the NVIDIA driver")
         self.check("cuInit", status)
-
-    def _int(self, call: str, *args: Any, detail: str = "") -> int:
-        out = ctypes.c_int()
-        self.check(call, getattr(self.lib, call)(ctypes.pointer(out), *args), detail)
-        return out.value
 
     def version(self) -> int:
         """The driver's CUDA version as 1000 * major + 10 * minor (13000 is CUDA 13.0)."""
@@ -208,14 +181,7 @@ class CudaDriver:
         status = self.lib.cuMemAlloc_v2(ctypes.pointer(out), nbytes)
         if status == CUDA_SUCCESS:
             return out.value
-        detail = f"asked {format_bytes(nbytes)}"
-        if status == CUDA_ERROR_OUT_OF_MEMORY:
-            try:
-                free, total = self.mem_info()
-                detail += f", {format_bytes(free)} free of {format_bytes(total)}"
-            except CudaError:
-                pass  # the allocation's own error is the one to report
-        raise self.error("cuMemAlloc", status, detail)
+        raise self.allocation_error("cuMemAlloc", status, nbytes)
 
     def mem_free(self, pointer: int) -> None:
         self.check("cuMemFree", self.lib.cuMemFree_v2(pointer), f"pointer {pointer:#x}")
@@ -294,16 +260,7 @@ class CudaDriver:
 def declare(lib: Any) -> None:
     """Give each driver function of a ctypes library its prototype; a missing required one means a driver too old
     to use (the _v2 entry points exist since CUDA 3.2, cuGetErrorName since 6.0)."""
-    for name, argtypes in PROTOTYPES.items():
-        try:
-            function = getattr(lib, name)
-        except AttributeError as exc:
-            if name in OPTIONAL:
-                continue
-            raise BackendError(f"unavailable: {LIBRARY} has no {name}: the NVIDIA driver is too old, "
-                               "update it") from exc
-        function.restype = _RESULT
-        function.argtypes = argtypes
+    declare_prototypes(lib, PROTOTYPES, OPTIONAL, f"{LIBRARY} has no {{name}}: the NVIDIA driver is too old, update it")
 
 
 _LOCK = threading.Lock()
