@@ -1,31 +1,14 @@
 """The scheduler conformance suite: any scheduler plugin, run against `unfused` on random graphs, without a runtime.
 
-A scheduler plugin is correct when, on every tensor graph, the schedule it returns computes what the graph says.
-`unfused` (one kernel per op) is the oracle: it makes no fusion decision that could be wrong. The suite builds
-random tensor graphs (`random_graphs.py`: elementwise chains, reductions over various axes, movement ops,
-broadcasts, gathers, assigns), asks the plugin and `unfused` for a schedule of each, runs both on the NumPy executor
-of schedules (`numpy_exec.py`) over the same input data, and compares every output and every input buffer
-afterwards (an ASSIGN writes one). `unfused`'s results are themselves checked against NumPy's evaluation of the
-tensor graph (`numpy_exec.reference`, which knows nothing of kernels), so the oracle is checked too.
+Each random tensor graph (`random_graphs.py`) is scheduled by the plugin and by `unfused` (one kernel per op, the
+oracle), both schedules run on the NumPy executor (`numpy_exec.py`) over the same inputs, and every output and
+input buffer is compared; `unfused` is itself checked against `numpy_exec.reference`.
 
     from plygrad.scheduler.conformance import check_scheduler
-    check_scheduler("mine", graphs=50, seed=0)       # by entry-point name, or pass the schedule callable
+    check_scheduler("mine", graphs=50, seed=0)       # or: python -m plygrad.scheduler.conformance mine
 
-or from a shell: `python -m plygrad.scheduler.conformance mine --graphs 50 --seed 0`.
-
-A graph fails when the plugin raises on it, returns bytes that are refused (`RefusedScheduleError`: they do not decode,
-do not verify, name buffers that do not fit the graph, or make the executor index outside a buffer; the message
-names the plugin), or any value differs beyond a float tolerance (fusion may reorder a reduction's additions).
-Graph `i` of a run is `random_graph(seed + i)`, so a failure is reproduced alone with `--seed <seed + i> --graphs 1`.
-A graph where `unfused` is refused or disagrees with the reference is skipped (the oracle has no answer) and
-counted in the report; a run where every graph is skipped is not a pass (nothing was checked).
-
-No runtime, no backend: DESIGN.md §1 keeps the scheduler from importing the runtime, and a schedule is checked
-here for what it computes, not for how fast a device runs it (the runtime's own checks of a plugin's output,
-docs/scheduler.md, run when the frontend realizes with it). The executor needs NumPy, which is not a dependency
-of plygrad-scheduler: it is the `conformance` extra (`pip install plygrad-scheduler[conformance]`), imported on
-first use, so `import plygrad.scheduler.conformance` works without it and a run without it raises an ImportError
-naming the extra. Entry points are looked up with `importlib.metadata`.
+What fails a graph, what is skipped, how to reproduce one graph by its seed, and the `conformance` extra (NumPy,
+imported on first use): docs/scheduler.md, "The conformance suite".
 """
 
 from __future__ import annotations

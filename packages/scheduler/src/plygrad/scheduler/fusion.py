@@ -1,38 +1,10 @@
-"""Which tensors become kernels: the fusion rules (docs/scheduler.md explains them with examples).
+"""Which tensors become kernels: the fusion rules (docs/scheduler.md, "Fusion rules", explains each with examples).
 
 A *root* is a tensor node that gets its own buffer and a kernel computing it; everything between roots is fused
-into the kernel of the root that consumes it, as index math (movement ops) and inline expressions (ALU, CAST,
-inline REDUCEs). The rules of the fusing scheduler:
-
-1. The tensors of the SINK are roots (with RESHAPEs on top stripped: a reshaped row-major buffer is the same
-   memory), unless one is already a contiguous buffer (a BUFFER, possibly RESHAPEd, or an ASSIGN into one): then
-   the SINK just names that buffer.
-2. CONTIGUOUS, ASSIGN and COPY are roots (a COPY's source too, unless it already is a contiguous buffer or is
-   computed from constants alone: such a COPY only names the device to compute it on, and its kernel computes it).
-3. Elementwise nodes are never roots on their own account: a node used by several consumers is recomputed in each
-   (cheap, and it saves a round trip through memory).
-4. A REDUCE is fused into the kernel of its consumer when every path up from it reaches that one kernel's root
-   through nodes that are not roots and it stays computed once per index of the loops it depends on: those must be
-   the kernel's outermost loops, since codegen computes a value in the innermost loop it needs (linearize.py). So
-   elementwise ops, RESHAPE/PERMUTE/FLIP (`x.sum(1) + y`, a conv's output permuted and its bias added), REDUCEs
-   fused too, and EXPANDs that repeat it along axes inside the ones it depends on (softmax's
-   `x - x.max(-1, keepdim=True)`, layernorm's statistics, attention's row max and sum) keep it fused; an EXPAND
-   along an outer axis (`x - x.mean(0)`: it would run once per element), a SHRINK/PAD, or users in two kernels
-   make the REDUCE a root, and so does being computed in two loop nests of the kernel (read inside another REDUCE
-   over an axis it depends on and outside it: attention's scores under softmax) when it reduces at least
-   RECOMPUTED_REDUCE_MIN values. Producers of a REDUCE are always fused into it.
-
-(Rule 5, several outputs in one kernel, is schedule.py's; rule 9, in-place updates of one shape in one kernel,
-assign_groups.py's.)
-6. A wide concatenation (concat.py: at least CONCAT_MIN_PIECES zero-PADded pieces added up) is a root, written
-   piece by piece into its slices rather than as one expression with a branch per piece.
-8. A value a REDUCE reads through an EXPAND, repeated so often that recomputing it costs more than
-   RECOMPUTE_BUDGET operations in all, is a root (recompute.py): `gelu(h) @ w`, a layernorm feeding a projection.
-7. No kernel inlines more than KERNEL_NODE_BUDGET tensor nodes (budget.py): where a region would, the largest
-   values it fuses become roots, so a long elementwise chain is cut into kernels of bounded size.
-
-The `unfused` scheduler makes every node that computes something (not a BUFFER, CONST, variable or movement op)
-a root: one kernel per op.
+into the kernel of the root that consumes it, as index math (movement ops) and inline expressions. This module
+holds rules 1-4 (outputs, CONTIGUOUS/ASSIGN/COPY, elementwise never on its own account, when a REDUCE fuses) and
+the pass list; rule 5 is schedule.py's, 6 concat.py's, 7 budget.py's, 8 recompute.py's, 9 assign_groups.py's.
+The `unfused` scheduler makes every node that computes something a root: one kernel per op.
 
 `FUSION_PASSES` lists the passes once, in the order they run over a shared `Fusion` context. The node-local
 decisions are rule tables (`REALIZE`, `FUSE_REDUCES`) whose rules record a decision in the context and rewrite

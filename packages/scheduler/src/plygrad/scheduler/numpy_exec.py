@@ -1,33 +1,12 @@
 """A NumPy executor of schedules, and a NumPy evaluator of tensor graphs: the scheduler checked without a runtime.
 
-DESIGN.md §1 keeps the scheduler away from the runtime, so a schedule cannot be run on a backend from here. What
-can be done with NumPy alone is enough to test one: `run_schedule` runs a SCHEDULE-stage LINEAR on NumPy arrays,
-and `reference` evaluates the TENSOR-stage graph it came from with NumPy's own array operations (reshape,
-transpose, broadcast, pad, slicing), knowing nothing of kernels. A schedule is right when the two agree.
-The conformance suite (`conformance.py`) and this package's tests both use them.
-
-`run_kernel` interprets one kernel AST *vectorised*: every RANGE of the kernel gets a NumPy axis of its own (axis
-`k` for the kernel's `k`-th RANGE by axis id), so a node's value is an array broadcast over the ranges it depends
-on. A gated LOAD reads 0 where its gate is false; a REDUCE reduces over the axes of its ranges (keeping them, size
-1); a STORE scatters the broadcast value to its flat indices where its gate holds. New buffers of a schedule start
-filled with garbage (77), so a kernel that leaves part of its output unwritten is caught. Every LOAD and STORE
-index under its gate is checked against the buffer's size: an out-of-bounds access raises `ExecutionError`
-naming the kernel and its parameter, where a backend would read or write someone else's memory.
-
-**Scalar semantics.** Values are computed in the node's own dtype (float32 math in float32, integers wrapping at
-their width), which is NumPy's arithmetic. Where NumPy's answer differs from the IR's defined one
-(`plygrad.ir.scalar.exec_alu`, docs/ir.md §5), the executor follows the IR:
-- `IDIV` truncates toward zero and `MOD` takes the dividend's sign (NumPy floors); `x / 0` and `x % 0` are 0;
-- `CAST` float -> int truncates, maps NaN and ±inf to 0 and wraps at the target width (NumPy leaves NaN and
-  out-of-range values platform-defined);
-- `ADD`/`MAX` of bools is OR, `MUL` is AND; `THREEFRY` is Threefry-2x32 on uint64 words.
-What still differs: transcendentals (`EXP2 LOG2 SIN POW`) are NumPy's, which may be an ulp from the IR's
-float64-rounded value; a REDUCE ADD sums pairwise (NumPy), not in loop order; an empty REDUCE MAX gives -inf (or
-the integer minimum). Comparisons against these results therefore use a float tolerance. dtypes NumPy lacks
-(bfloat16, fp8) are not supported.
-
-NumPy is not a dependency of plygrad-scheduler: it comes with the `conformance` and `test` extras, and only this
-module imports it.
+The scheduler may not import the runtime (docs/design.md §1), so `run_schedule` runs a SCHEDULE-stage LINEAR on
+NumPy arrays and `reference` evaluates the TENSOR-stage graph it came from with NumPy's own view operations; a
+schedule is right when the two agree. `run_kernel` interprets one kernel vectorised, one NumPy axis per RANGE; new
+buffers start as garbage and every index is bounds-checked (`ExecutionError`). Values follow the IR's scalar
+semantics where NumPy's differ (docs/ir.md §5); what still differs, and why comparisons use a tolerance, is in
+docs/scheduler.md, "The conformance suite". NumPy is not a dependency of plygrad-scheduler: it comes with the
+`conformance` and `test` extras, and only this module imports it.
 """
 
 from __future__ import annotations

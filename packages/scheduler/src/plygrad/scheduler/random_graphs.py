@@ -1,26 +1,11 @@
 """Random tensor graphs (stage TENSOR) for differential tests of schedulers, from a seed.
 
-A scheduler is right when its schedule computes what the tensor graph says, and the cheapest oracle for "what the
-graph says" is another scheduler that cannot be clever: `unfused` (one kernel per op). This module makes the
-graphs such a comparison runs on. It builds them from plain `plygrad.ir` UOps (no frontend, no NumPy), driven by a
-`random.Random`, so the same seed gives the same graph on any machine and in any process, and a failing graph is
-reproduced by its seed alone.
-
-A graph is grown from a pool of tensors, starting with input BUFFERs. Each step takes one or two tensors of the
-pool and adds a new one by one of the `KINDS`:
-
-| kind | what it adds |
-|---|---|
-| `unary` | NEG, a multiply by a constant, ReLU (MAX with 0), `x < 0 ? x : 1`, a CAST to int32 and back |
-| `binary` | ADD, SUB, MUL or MAX of two tensors of one shape |
-| `reduce` | an ADD or MAX REDUCE over a random set of axes, broadcast back (EXPAND) and maybe added to its source |
-| `views` | a chain of movement ops (`random_view_chain`: PAD, SHRINK, FLIP, RESHAPE, PERMUTE, EXPAND) |
-| `broadcast` | a new leading axis, EXPANDed |
-| `gather` | `x[idx]` along axis 0 as the frontend spells it: a one-hot `idx == position` mask, WHERE, REDUCE ADD |
-
-The SINK holds one to three tensors of the pool; with probability `ASSIGN_CHANCE` one more is an ASSIGN of a pool
-tensor of the right size into an input buffer (read elsewhere in the graph, so the scheduler must order the reads
-before the write). Input data come with the graph (`RandomGraph.inputs`): gather indices must lie in range.
+Built from plain `plygrad.ir` UOps (no frontend, no NumPy) driven by a `random.Random`, so a seed gives the same
+graph on any machine and a failing graph is reproduced by its seed alone. A graph grows from a pool of input
+BUFFERs, one of the `KINDS` per step (unary, binary, reduce, views, broadcast, gather); the SINK holds one to
+three pool tensors and, with probability `ASSIGN_CHANCE`, an ASSIGN into an input buffer that the graph also
+reads. `RandomGraph.inputs` carries the data (gather indices must lie in range). docs/scheduler.md,
+"The conformance suite", lists what each kind adds.
 """
 
 from __future__ import annotations

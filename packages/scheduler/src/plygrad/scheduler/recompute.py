@@ -1,19 +1,10 @@
 """Rule 8: a value a reduction reads many times over is computed once, not once per read.
 
-A REDUCE reads its source through the views the graph puts on it, and an EXPAND among them repeats a value along
-axes it does not depend on: in `gelu(h) @ w`, every `gelu(h)[i, k]` is read once per output column. Fused, the
-kernel computes the value where it is read, so that whole computation runs once per read: an FFN's GELU once per
-multiply-add of the down projection, a layernorm (statistics included) once per multiply-add of each following
-projection, and each of those, fused into the next layer, again. Written to memory first, it costs one pass.
-
-So, walking down from each REDUCE through the nodes its kernel would inline: where the walk passes an EXPAND that
-repeats a value `f` times (the product of the repeated sizes, times the repeats of the EXPANDs above), the value
-under it (below its movement ops) becomes a root when `f x cost > RECOMPUTE_BUDGET`, `cost` being what one
-evaluation of the value's fused region costs: one per ALU op, TRANSCENDENTAL_COST per transcendental, and per
-inlined REDUCE its trip count times its body. Cheap values stay fused where a memory pass would cost more than the
-repeats (`x * scale` feeding `@`, attention's `exp(s - max)` repeated once per head dimension), so a kernel count
-changes only where the repeats are real work. A REDUCE under the EXPAND is left to rule 4, which tells a
-statistic repeated along the loops inside it (softmax's row max, computed once per row) from a real repeat.
+In `gelu(h) @ w` every `gelu(h)[i, k]` is read once per output column through an EXPAND; fused, it would be
+computed once per read. Walking down from each REDUCE, the value under an EXPAND that repeats it `f` times becomes
+a root when `f x cost > RECOMPUTE_BUDGET`, `cost` being one evaluation of its fused region (one per ALU op,
+TRANSCENDENTAL_COST per transcendental, an inlined REDUCE its trip count times its body). Cheap repeats stay fused;
+a REDUCE under the EXPAND is left to rule 4. docs/scheduler.md, "Fusion rules", rule 8.
 """
 
 from __future__ import annotations
