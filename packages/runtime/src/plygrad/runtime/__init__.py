@@ -1,4 +1,4 @@
-"""plygrad.runtime: the execution engine (DESIGN.md §1, §4).
+"""plygrad.runtime: the execution engine (docs/design.md §1, §4).
 
 The backend registry (`Device`), runtime memory (`Buffer`), `run_linear` (a SCHEDULE-stage LINEAR in, its output
 buffers out), execution plans cached per schedule (`load_plan`, `ExecPlan`), recorded launches to replay over other

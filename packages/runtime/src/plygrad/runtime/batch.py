@@ -1,19 +1,10 @@
 """Consecutive kernel launches on one device run by one call of the backend (`Backend.batch`).
 
-A plan or a capture launches its kernels one at a time from Python: per kernel a loop step, the variable values, a
-counter update and the backend's `Program.__call__`, a few microseconds each, and several times that on caches a
-large kernel just flushed (a sum of 4096 x 4096 floats streams 64 MB between its two kernels, and the Python
-between them then took 12-17 us). `group` splits a step list into runs of at least MIN_RUN consecutive kernels on
-one device and asks the device's backend for a launcher of each run once; `launch_run` then starts a whole run with
-one call. Where the backend has no launcher (the default) the steps stay single launches, so every backend works.
-A plan groups its steps at its second run, not its first: most schedules a program makes run once (a model's
-first call, a script's one-off ops), and the CPU backend's launcher is a small C function compiled once per
-machine (~0.1 s), which a model's first call would otherwise pay beside its kernels. A capture groups at its
-first replay, since replaying is what it is for.
-
-Results do not change: the kernels run in the same order over the same buffers with the same values, each variable
-bound still proved for its values first (every step of a run before the first of its launches), and
-GlobalCounters counts every kernel. DEBUG >= 2 times each launch, so the plan and capture use single launches there.
+`group` splits a step list into runs of at least MIN_RUN consecutive kernels on one device and asks the backend
+for a launcher of each run once; `launch_run` starts a whole run with one call, saving the Python between launches.
+Without a backend launcher the steps stay single launches. A plan groups at its second run (most schedules run
+once, and the CPU launcher is compiled once per machine), a capture at its first replay. Results do not change;
+DEBUG >= 2 uses single launches to time each. docs/architecture.md, "Inside the runtime".
 """
 
 from __future__ import annotations

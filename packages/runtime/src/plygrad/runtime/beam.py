@@ -1,51 +1,14 @@
 """BEAM search (`BEAM=n`, as in tinygrad): each kernel's optimizations chosen by timing candidates on its device.
 
-Codegen's heuristic picks a kernel's `Opt`s by rules of thumb. With BEAM=n the runtime measures instead, once per
-kernel per machine, and from then on lowers the kernel with the fastest list it found:
+Once per kernel per machine: the engine's own choice and no optimization form the first beam; each member is
+extended by every action of `actions()` (codegen rejects those that do not apply); new programs compile side by
+side and run on zero-filled scratch buffers proved in bounds first; the n fastest form the next beam until a round
+gains less than `MIN_PROGRESS` or a limit (BEAM_TIMEOUT, BEAM_MAX_CANDIDATES, OPS_GROWTH_MAX) is hit; a winner
+other than the engine's choice must beat it again in a rematch (`REMATCH_ROUNDS`). The winner is a record of the
+program cache (folder "beam"), keyed by kernel, target, engine, beam width and `SEARCH_VERSION`.
 
-1. The kernel is lowered with the engine's own choice (its `ProgramInfo.opts` says which list that was) and with no
-   optimization at all. Both are compiled and timed: they are the first beam, so a search never ends slower than
-   the heuristic it replaces (up to timing noise).
-2. Every member of the beam is extended by each action of `actions()`: a fixed list of (OptOps, axis, amount)
-   over the kernel's axis ids. Codegen rejects the actions that do not apply (OptError: a wrong axis kind, an amount
-   that does not divide) and they are skipped; candidates that render the same source are timed once.
-3. New programs are compiled side by side (PLYGRAD_COMPILE_JOBS, through the program cache but in memory only:
-   most are never wanted again), then run one after another on scratch buffers: the minimum of `RUNS` runs.
-4. The n fastest become the next beam. The search ends when a round finds nothing faster than the best so far by
-   `MIN_PROGRESS`, when BEAM_TIMEOUT seconds have passed (checked between candidates: the two starting points are
-   always timed), or when BEAM_MAX_CANDIDATES distinct programs have been timed. A candidate whose estimated
-   operations (`ProgramInfo.ops`) exceed OPS_GROWTH_MAX times the seeds' is never run: a launch cannot be stopped
-   once started, and such a list recomputes a reduction inside a loop it does not depend on (a softmax's rows
-   TILEd: 2000x the work, minutes per launch). A progress line on stderr names the kernel, the programs timed
-   and the best time; DEBUG>=3 prints every candidate.
-5. A winner other than the engine's own choice is timed again beside it, in turns (`REMATCH_ROUNDS` runs each), and
-   kept only if its median is the lower: candidates are timed one after another, seconds apart, and a machine whose
-   memory bandwidth doubles and halves every few seconds (the 2-core VMs here: a sum kernel's default program timed
-   2021 us, then 1430 us) can crown a program that was only timed in a fast spell, which the record would keep.
-
-The winner is a record of the program cache (folder "beam", the same entry format and healing as binaries) under a
-key hashing the kernel bytes, the target bytes, the lowering engine (its name, entry point and distribution
-version), the beam width and `SEARCH_VERSION`. A later process finds it and lowers the kernel with it at once; a
-record the engine no longer accepts is discarded and the kernel searched again. A search cut short by a limit is
-kept too (the limits are not part of the key: remove the "beam" folder to search again with larger ones).
-PLYGRAD_DISABLE_CACHE keeps records in memory only.
-
-Safety. Candidates never touch the user's buffers (a kernel writes its outputs, and an output may alias an input):
-each search allocates zero-filled scratch buffers of the sizes the PROGRAM declares. Before anything runs,
-`bounds.find_violations` proves every access of the kernel inside those sizes, for every value of every variable,
-as `ExecPlan.build` does for real buffers; a kernel it cannot prove is not searched. Variables take their maximum.
-
-Results. BEAM changes which program runs, never what it computes: every candidate is a lowering of the same kernel.
-Integer results are identical bit for bit; a float reduction may add its terms in another order under some
-actions (UNROLL of an outer reduce axis, docs/codegen.md §1), within the reordering bound.
-
-The engine contract. The runtime asks for a list with `lower(kernel, target, opts)`, `opts` written by
-`opts_bytes` (the IR's encoding of a KernelInfo holding the list). An engine whose callable takes two arguments
-cannot be told what to apply: BEAM says so once on stderr and that engine's own choice is used.
-
-Threads (docs/threads.md): a lock per search key, so a thread needing a kernel another thread is searching waits
-for that search and uses its result. Searches of different kernels may run at once; their timings then disturb
-each other, never their results.
+BEAM changes which program runs, never what it computes. The steps, limits, record key and engine contract
+(`lower(kernel, target, opts)`) are in docs/codegen.md §7; threads wait on a lock per search key (docs/threads.md).
 """
 
 from __future__ import annotations

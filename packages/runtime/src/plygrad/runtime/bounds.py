@@ -1,26 +1,10 @@
 """Proving, before a launch, that every memory access of a kernel stays inside the buffer it is given.
 
-A schedule reaches the runtime as bytes from a scheduler plugin, or from another process, and verification checks
-its structure, not its arithmetic: a LINEAR whose loop runs past the end of its buffer verifies, and the C backend
-then reads or writes outside the allocation (a segfault at best). So `ExecPlan.build` asks this module, once per
-plan, to prove that the index of every LOAD and STORE lies in `[0, size)` of the buffer bound to its PARAM, and
-refuses the schedule with an `IndexBoundsError` naming the kernel, the buffer and the producer when it cannot.
-
-The proof is interval arithmetic over every RANGE and variable value:
-1. `UOp.vmin/vmax` of the index (cached on the nodes, so this costs little): enough for every ungated access a
-   scheduler emits, whose index is a sum of loop variables times strides, possibly wrapped in `// c` and `% c`.
-2. A gated INDEX (PAD's padding: a false gate loads 0 and a gated STORE is skipped) touches memory only where its
-   gate holds, and its unconstrained index usually does leave the buffer (`r - 1` for `r` in `[0, n + 2)`). The
-   gate's conjuncts `a < b` over `index` values are linear constraints on the index's terms (loop variables,
-   `x // c`, `x % c`, ...). A constraint on one term narrows that term's interval; a constraint on a sum of terms
-   bounds that sum, and the index, written as a combination of constrained sums plus the rest, is bounded by their
-   intervals plus the rest's. That is exact for what the scheduler emits: the padded axis index `2*oh + kh` is
-   gated, and the flat address is `W * (2*oh + kh) + ...`.
-
-What cannot be proved is refused: the check does not search for a failing point, so an index it cannot bound (one
-that depends on a loaded value, say) is reported with the range it could prove rather than trusted. A WHERE is not
-a gate: the renderer may evaluate both of its operands. An access whose gate is never true, or inside a loop that
-runs zero times, touches nothing and passes.
+Verification checks a schedule's structure, not its arithmetic, so `ExecPlan.build` asks this module once per plan
+to prove every LOAD and STORE index in `[0, size)` of its buffer, and refuses the schedule with an
+`IndexBoundsError` naming the kernel, the buffer and the producer when it cannot. The proof is interval arithmetic
+(`UOp.vmin/vmax`), narrowed by a gated access's linear constraints; what cannot be proved is refused, never
+trusted. docs/architecture.md, "Inside the runtime".
 """
 
 from __future__ import annotations

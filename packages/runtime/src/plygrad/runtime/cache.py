@@ -1,31 +1,11 @@
 """The program cache: compiled binaries in memory and on disk, lowered programs in memory, and small records.
 
-Compiling C or CUDA takes tens to hundreds of milliseconds, far longer than running a small kernel, so a binary is
-kept under a key that hashes everything that decides it: the source, the serialized target and the compiler's
-`cache_key` (compiler, version, flags). On disk each entry is one file written atomically (temp file + rename), so
-concurrent processes never see half an entry. Every entry carries a digest of its payload: a corrupt or truncated
-file is discarded and the program recompiled, never an error (a cache is an optimization, not a source of truth).
-
-The cache folder is not trusted either, since anything may have put files there (a crashed writer, a copied folder,
-another tool, another user):
-- an entry is read only if it is a regular file (opened without following a symlink and without blocking, so a
-  FIFO or a link to /dev/zero costs one `open`) of at most `MAX_ENTRY_BYTES`;
-- an entry whose digest is right but whose payload the backend cannot load is discarded and the program compiled
-  again, once (`load`); only a freshly compiled binary that does not load either is an error;
-- a folder that cannot be written, or an entry that cannot be removed, only costs a compile: the binary is kept in
-  memory and the run goes on;
-- temp files a killed writer left behind are removed the first time a process uses the folder (`tempfiles`).
-
-Threads may compile and look up concurrently: the dictionaries are guarded by one lock, and a per-key lock makes
-threads that want the same program wait for one compile instead of each running the compiler.
-
-Besides binaries the cache keeps *records*: small results that are costly to find and cheap to store, under their
-own folder (`<cache>/<folder>/<key[:2]>/<key>.bin`, the same entry format, the same distrust of what is found
-there). BEAM keeps the optimizations it chose for each kernel this way (`beam.py`), so a machine searches a kernel
-once, and the CPU backend the compiler and flags it probed (`toolchains`), so a new process does not run the
-compiler ten times before its first kernel. A binary compiled with `persist=False` (a BEAM candidate, most of
-which are never used again) stays in memory only, and is written to disk the first time it is asked for with
-`persist=True` (the winner).
+A binary is kept under a key hashing its source, the serialized target and the compiler's `cache_key`. Disk
+entries are written atomically and carry a digest; a corrupt, oversized, non-regular or unloadable entry is
+discarded and the program compiled again, and an unwritable folder only costs a compile (a cache is an
+optimization, not a source of truth). *Records* are small costly-to-find results under their own folder (BEAM's
+choices, the CPU toolchain probe). A per-key lock makes threads wanting one program wait for one compile.
+docs/architecture.md, "Inside the runtime".
 """
 
 from __future__ import annotations

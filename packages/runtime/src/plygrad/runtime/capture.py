@@ -1,20 +1,10 @@
 """Recorded launches, replayed over other buffers: the primitive a jit (`plygrad.frontend.jit.TinyJit`) builds on.
 
-A `Capture` records plan runs as they happen (`record(plan, bufs)`: the `ExecPlan` and the Buffer bound to each of
-its slots). `replay(swap)` runs every recorded kernel and copy again, in order, over the same Buffers except those
-`swap` replaces (a jit's new inputs), without scheduling, lowering or even resolving slots again: the recording is
-flattened into one table of distinct Buffers and a list of launches over table positions.
-
-Buffers the recorded runs allocated for themselves (a schedule's negative ids) are kept and reused by every replay,
-so a replay allocates nothing and its outputs land in the same Buffers each time. Variable values are the recorded
-ones (the values the run launched with: `record(..., vals=)`) unless `replay(vals=...)` gives a new value for a
-variable name. A recorder that ran a plan under other variable names than its own (the frontend renumbers the
-random generator's variables per realize) says which with `record(..., names=)`, so `replay(vals=)` is keyed by its
-names.
-
-`prune(inputs)` drops the steps that cannot depend on a replay's inputs (tinygrad's `TinyJit(prune=True)`): a step
-is kept when it touches an input or a Buffer a kept step touched, or launches with a variable the caller changes per
-replay; the others computed the same values at the recording and are not run again.
+A `Capture` records plan runs (`record(plan, bufs)`); `replay(swap)` runs every recorded kernel and copy again, in
+order, over the same Buffers except those `swap` replaces, from one flat table of Buffers and launches. Buffers
+the runs allocated are kept and reused, variables take the recorded values unless `replay(vals=...)` gives new
+ones (keyed by the recorder's names, `record(..., names=)`), and `prune(inputs)` drops steps that cannot depend on
+a replay's inputs. docs/jit.md, "TinyJit".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Finding neighbour layers through entry points (DESIGN.md §4), with an in-process override for tests.
+"""Finding neighbour layers through entry points (docs/design.md §4), with an in-process override for tests.
 
 The runtime never imports codegen or a backend by name: it asks `importlib.metadata` for the entry points of a
 group. `installed(group, name, obj)` adds an in-process plugin for the length of a `with` block, which is how tests

@@ -1,20 +1,10 @@
 """Lowering a kernel for a device: its SINK, serialized, goes with the device's `Target` to the lowering engine.
 
-The engine is the `plygrad.codegen` entry point named by PLYGRAD_CODEGEN; it gets KERNEL-stage bytes and a
-serialized `Target` and returns PROGRAM-stage bytes (DESIGN.md §2). The PROGRAM is compiled by the backend's
-compiler through the program cache and loaded once per (device, PROGRAM bytes).
-
-Threads (docs/threads.md): the engine is imported once under a lock. Two threads lowering the same new kernel at
-once may both compile and load it; the first loaded program stored is the one both use.
-
-A schedule's kernels are independent programs, and a compiler is another process (or a library call that drops
-the GIL), so `prepare_kernels` lowers them one by one and hands each new one to a compiler as soon as it is lowered,
-side by side, one per core (PLYGRAD_COMPILE_JOBS): the compiles overlap each other and the lowering of the next
-kernels, and a cold schedule of 16 kernels costs about half the time on 2 cores.
-
-With BEAM=n, the optimization list each kernel is lowered with comes from `beam.chosen_opts` (searched on the
-device the first time, then read from the program cache's records) and is handed to the engine as the third
-argument of `lower(kernel, target, opts)`; BEAM=0 (the default) calls `lower(kernel, target)` as always.
+The engine is the `plygrad.codegen` entry point named by PLYGRAD_CODEGEN: KERNEL-stage bytes and a serialized
+`Target` in, PROGRAM-stage bytes out (docs/design.md §2); the backend compiles the PROGRAM through the program cache.
+`prepare_kernels` hands each new kernel to a compiler as soon as it is lowered, PLYGRAD_COMPILE_JOBS at once, so
+compiles overlap each other and the next lowering. With BEAM=n the engine gets a third argument, the chosen
+optimizations (`beam.chosen_opts`). Threads: docs/threads.md.
 """
 
 from __future__ import annotations

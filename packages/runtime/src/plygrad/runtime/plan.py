@@ -1,24 +1,11 @@
 """Execution plans: a schedule decoded, verified and lowered once, then run many times over any buffers.
 
-Running a schedule used to cost far more in Python than the kernels of a small op: decoding and verifying the
-LINEAR, and for every CALL serializing its kernel and the device `Target` again just to find the lowered program
-in the cache. An `ExecPlan` does that work once per distinct schedule and keeps what a run needs: the schedule's
-buffers as numbered slots (id, device, size, dtype), and each step as a loaded program over slot numbers with its
-variable values, or a copy between two slots. A run only resolves slots to Buffers and launches.
-
-`load_plan(schedule)` caches plans by the schedule bytes (or by the UOp, which is hash-consed, so identity is
-structure). Nothing is skipped that would change a result: the first time a schedule is seen it is decoded and
-verified like any other, and each kernel is lowered from its serialized bytes through the program cache, so a plan
-holds exactly what the byte path produces. With PLYGRAD_FORCE_BYTES on, no plan is cached: every run decodes the
-bytes and looks every program up again, which is the reference the plan cache is tested against (DESIGN.md §2).
-
-From its second run on, a plan launches each run of consecutive kernels on one device in one backend call where
-the backend offers it (batch.py); the runs are found once, and two threads finding them at once store equal ones.
-
-Threads (docs/threads.md): a plan is immutable once built (but for those runs and the spare Buffers below) and can
-run in several threads at once over different Buffers. The plan cache is shared; a lock guards each lookup and
-insert but not the build, so two threads missing the same schedule at once both build it and the first one stored
-is the one both use.
+An `ExecPlan` keeps the schedule's buffers as numbered slots and each step as a loaded program over slot numbers
+(or a copy between two slots); a run only resolves slots to Buffers and launches. `load_plan(schedule)` caches
+plans by the schedule bytes or UOp; with PLYGRAD_FORCE_BYTES no plan is cached, which is the reference the cache is
+tested against (docs/design.md §2). From its second run a plan launches consecutive kernels of one device in one
+backend call (batch.py). A plan is immutable once built and may run in several threads (docs/threads.md).
+docs/jit.md and docs/architecture.md, "Inside the runtime".
 """
 
 from __future__ import annotations

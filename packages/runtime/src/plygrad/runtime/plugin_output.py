@@ -1,21 +1,10 @@
 """Errors for a plugin's malformed output that name the plugin and the check it failed.
 
-A scheduler is a plugin (DESIGN.md §4): what it returns is bytes the runtime decodes, verifies and runs. When those
-bytes are wrong, the error the user sees must say *whose* they are, or a user with two plugins installed cannot
-tell a bug in plygrad from a bug in a third-party scheduler. The caller that asked the plugin (the frontend's
-realize) knows its name and passes it down as `producer` (`discovery.describe`: entry point, module, distribution);
-every check below raises `MalformedScheduleError` with that producer, the check that failed, and the original error
-as `__cause__`:
-
-| check | what failed |
-|---|---|
-| `CHECK_BYTES` | the plugin returned something that is not bytes |
-| `CHECK_DECODE` | the bytes do not decode as serialized IR (`IRDecodeError`) or have an unreadable version |
-| `CHECK_VERIFY` | the LINEAR fails verification at Stage.SCHEDULE, or one of its kernels at Stage.KERNEL |
-| `CHECK_BUFFERS` | its buffers do not fit the programs or the graph (sizes, dtypes, devices, output count) |
-
-The bounds proof has an error of its own that names the producer too (`IndexBoundsError`, bounds.py). Without a
-producer (a hand-built schedule given to `run_linear`), the original errors are raised unchanged.
+A scheduler is a plugin (docs/design.md §4) whose bytes the runtime decodes, verifies and runs; when they are
+wrong, the error must say whose they are. The caller passes the plugin's description down as `producer`, and every
+check raises `MalformedScheduleError` with it, the check that failed (`CHECK_BYTES`, `CHECK_DECODE`,
+`CHECK_VERIFY`, `CHECK_BUFFERS`) and the original error as `__cause__`. Without a producer (a hand-built schedule
+given to `run_linear`) the original errors are raised unchanged. docs/scheduler.md, "Writing a scheduler plugin".
 """
 
 from __future__ import annotations
