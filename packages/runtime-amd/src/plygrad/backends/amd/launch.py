@@ -1,16 +1,11 @@
 """The HIP program contract on the launching side: grid and block from a PROGRAM's sizes, and the argument buffer.
 
 A program is `extern "C" __attribute__((global)) void NAME(T0* data0, ..., long long VAR0, ...)` (docs/codegen.md
-§5.3): one 8-byte device pointer per buffer in `ProgramInfo.params` order, then one 8-byte `long long` per variable
-in the PROGRAM's DEFINE_VAR order. Every one of them is 8 bytes and 8-byte aligned, so the kernel's explicit
-arguments are exactly those values packed back to back (the code object's metadata says the same: kernarg size
-8 * n). `hipModuleLaunchKernel` takes them as that one buffer through `extra`:
-`{HIP_LAUNCH_PARAM_BUFFER_POINTER, &buffer, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size, HIP_LAUNCH_PARAM_END}` with the
-markers 1, 2 and 3 (HIP's END is 3, CUDA's 0); the runtime appends the hidden arguments itself.
-
-`ProgramInfo.global_size` counts workgroups per dimension and `local_size` work-items per workgroup, as
-hipModuleLaunchKernel's grid and block do. An AMD GPU counts work-items per dimension in 32 bits, so a launch whose
-grid times block reaches 2^32 in a dimension is refused here rather than wrapped on the device.
+§5.3): one 8-byte pointer per buffer, then one 8-byte `long long` per variable, so the explicit arguments are those
+values packed back to back. `hipModuleLaunchKernel` takes them as that one buffer through `extra`
+(`{HIP_LAUNCH_PARAM_BUFFER_POINTER, &buffer, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size, HIP_LAUNCH_PARAM_END}`, markers
+1, 2 and 3: HIP's END is 3, CUDA's 0). Grid and block are plygrad.runtime.launching's; an AMD GPU counts work-items
+per dimension in 32 bits, so a grid x block reaching 2^32 is refused (docs/backends.md, "AMD: HIP on AMD GPUs").
 """
 
 from __future__ import annotations
@@ -22,6 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from plygrad.runtime.errors import BackendError
+from plygrad.runtime.launching import LaunchLimits as SharedLaunchLimits
+from plygrad.runtime.launching import launch_dims as checked_launch_dims
 
 ARGUMENT_SIZE: Final = 8
 # every buffer pointer a program gets is aligned to this (docs/codegen.md §5): its 16-byte vector accesses rely on it
@@ -29,7 +26,6 @@ POINTER_ALIGN: Final = 16
 PARAM_BUFFER_POINTER: Final = 1
 PARAM_BUFFER_SIZE: Final = 2
 PARAM_END: Final = 3
-MAX_WORK_ITEMS: Final = 2**32 - 1  # per dimension: grid * block
 
 
 @dataclass(frozen=True)
@@ -63,33 +59,15 @@ def pack_arguments(buffers: Sequence[int], vals: Sequence[int], name: str = "") 
 
 
 @dataclass(frozen=True)
-class LaunchLimits:
-    """What one launch may ask of the device."""
+class LaunchLimits(SharedLaunchLimits):
+    """What one launch may ask of the device (a workgroup may be 1024 work-items long in any dimension)."""
 
-    max_threads_per_block: int = 1024
     max_block: tuple[int, int, int] = (1024, 1024, 1024)
-    max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
 
 
-def launch_dims(global_size: Sequence[int], local_size: Sequence[int] | None, limits: LaunchLimits,
+def launch_dims(global_size: Sequence[int], local_size: Sequence[int] | None, limits: SharedLaunchLimits,
                 name: str = "") -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(grid, block) for hipModuleLaunchKernel, checked against the device's limits so that a PROGRAM the device
     cannot run fails naming its sizes rather than as a bare hipErrorInvalidValue."""
-    block = (1, 1, 1) if local_size is None else (int(local_size[0]), int(local_size[1]), int(local_size[2]))
-    grid = (int(global_size[0]), int(global_size[1]), int(global_size[2]))
-    threads = block[0] * block[1] * block[2]
-    problems = []
-    if threads > limits.max_threads_per_block:
-        problems.append(f"{threads} work-items per workgroup (at most {limits.max_threads_per_block})")
-    if any(not 0 < b <= m for b, m in zip(block, limits.max_block, strict=True)):
-        problems.append(f"block {block} (each dimension in 1..{limits.max_block})")
-    if any(not 0 < g <= m for g, m in zip(grid, limits.max_grid, strict=True)):
-        problems.append(f"grid {grid} (each dimension in 1..{limits.max_grid})")
-    elif any(g * b > MAX_WORK_ITEMS for g, b in zip(grid, block, strict=True)):
-        problems.append(f"grid x block {tuple(g * b for g, b in zip(grid, block, strict=True))} work-items (at "
-                        f"most 2^32 - 1 per dimension)")
-    if problems:
-        raise BackendError(f"HIP program {name!r} cannot launch with global size {tuple(global_size)} and local "
-                           f"size {None if local_size is None else tuple(local_size)}: {'; '.join(problems)}; "
-                           "codegen must keep within the Target's global_max, local_max and max_threads_per_group")
-    return grid, block
+    return checked_launch_dims(global_size, local_size, limits, program=f"HIP program {name!r}",
+                               threads="work-items per workgroup", work_items_in_32_bits=True)

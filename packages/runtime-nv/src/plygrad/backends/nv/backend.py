@@ -18,9 +18,10 @@ from typing import Any, Final
 
 from plygrad.backends.nv.compiler import NVCompiler
 from plygrad.backends.nv.driver import Attribute, CudaDriver, CudaError, load_driver
-from plygrad.backends.nv.launch import LaunchLimits, launch_dims, pack_arguments
+from plygrad.backends.nv.launch import launch_dims, pack_arguments
 from plygrad.backends.nv.target import cuda_target
 from plygrad.runtime.errors import BackendError
+from plygrad.runtime.launching import LaunchLimits
 from plygrad.runtime.plugin import Allocator, Backend, Compiler, Program
 
 ELF_MAGIC: Final = b"\x7fELF"

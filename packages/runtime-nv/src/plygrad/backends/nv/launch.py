@@ -6,9 +6,7 @@ buffer in `ProgramInfo.params` order, then one integer per variable in the PROGR
 argument's value. When the driver can say how wide each parameter is (cuFuncGetParamInfo, CUDA 12.4+), the
 variables are packed at that width and the count is checked, so a program and a launch that disagree fail with a
 message instead of reading garbage; otherwise pointers are 8 bytes and variables `long long`, per the contract.
-
-`ProgramInfo.global_size` counts workgroups (CUDA blocks) per dimension and `local_size` threads per workgroup, so
-the grid is the global size and the block the local size (tinygrad's convention; `local_size` None is one thread).
+Grid and block are plygrad.runtime.launching's (the grid is the global size, the block the local size).
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from plygrad.runtime.errors import BackendError
+from plygrad.runtime.launching import LaunchLimits
+from plygrad.runtime.launching import launch_dims as checked_launch_dims
 
 POINTER_SIZE: Final = 8
 # every buffer pointer a program gets is aligned to this (docs/codegen.md §5): codegen makes 16-byte vector accesses
@@ -77,31 +77,8 @@ def pack_arguments(buffers: Sequence[int], vals: Sequence[int], param_sizes: Seq
     return KernelArguments(tuple(values), params)
 
 
-@dataclass(frozen=True)
-class LaunchLimits:
-    """What one launch may ask of the device (its cuDeviceGetAttribute values)."""
-
-    max_threads_per_block: int = 1024
-    max_block: tuple[int, int, int] = (1024, 1024, 64)
-    max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
-
-
 def launch_dims(global_size: Sequence[int], local_size: Sequence[int] | None, limits: LaunchLimits,
                 name: str = "") -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """(grid, block) for cuLaunchKernel, checked against the device's limits so that a PROGRAM the device cannot
     run fails naming its sizes rather than as a bare CUDA_ERROR_INVALID_VALUE."""
-    block = (1, 1, 1) if local_size is None else (int(local_size[0]), int(local_size[1]), int(local_size[2]))
-    grid = (int(global_size[0]), int(global_size[1]), int(global_size[2]))
-    threads = block[0] * block[1] * block[2]
-    problems = []
-    if threads > limits.max_threads_per_block:
-        problems.append(f"{threads} threads per block (at most {limits.max_threads_per_block})")
-    if any(not 0 < b <= m for b, m in zip(block, limits.max_block, strict=True)):
-        problems.append(f"block {block} (each dimension in 1..{limits.max_block})")
-    if any(not 0 < g <= m for g, m in zip(grid, limits.max_grid, strict=True)):
-        problems.append(f"grid {grid} (each dimension in 1..{limits.max_grid})")
-    if problems:
-        raise BackendError(f"CUDA program {name!r} cannot launch with global size {tuple(global_size)} and local "
-                           f"size {None if local_size is None else tuple(local_size)}: {'; '.join(problems)}; "
-                           "codegen must keep within the Target's global_max, local_max and max_threads_per_group")
-    return grid, block
+    return checked_launch_dims(global_size, local_size, limits, program=f"CUDA program {name!r}")

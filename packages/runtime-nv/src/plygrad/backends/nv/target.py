@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from plygrad.backends.nv.launch import LaunchLimits
 from plygrad.ir.target import Target
+from plygrad.runtime.launching import LaunchLimits
 
 
 def cuda_target(arch: str = "sm_90", limits: LaunchLimits | None = None, shared_max: int | None = None) -> Target:
