@@ -1,4 +1,4 @@
-"""Movement ops against PyTorch (forward and gradient) and NumPy: `_pool` windows, cat/stack/split, repeat, roll,
+"""Movement ops against PyTorch (forward and gradient) and NumPy: `sliding_windows`, cat/stack/split, repeat, roll,
 pad modes, diagonal, unfold, meshgrid, and the errors bad arguments raise."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ Array = np.ndarray[Any, Any]
 
 
 def _windows(x: Array, k: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Array:
-    """NumPy's reference for `_pool`: sliding windows of the last len(k) axes, strided and dilated."""
+    """NumPy's reference for `pool.sliding_windows`: sliding windows of the last len(k) axes, strided and dilated."""
     dims = len(k)
     axes = tuple(range(x.ndim - dims, x.ndim))
     spans = tuple(d * (n - 1) + 1 for n, d in zip(k, dilation, strict=True))
@@ -30,7 +30,7 @@ def _windows(x: Array, k: tuple[int, ...], stride: tuple[int, ...], dilation: tu
     return view[(*batch, *(slice(None, None, s) for s in stride), *(slice(None, None, d) for d in dilation))]
 
 
-# ---- _pool ---------------------------------------------------------------------------------------------------------
+# ---- sliding_windows -----------------------------------------------------------------------------------------------
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_pool_matches_numpy_sliding_windows(data: st.DataObject) -> None:
@@ -41,7 +41,7 @@ def test_pool_matches_numpy_sliding_windows(data: st.DataObject) -> None:
     dilation = tuple(data.draw(st.integers(1, 2)) for _ in range(dims))
     spatial = tuple(d * (n - 1) + 1 + data.draw(st.integers(0, 4)) for n, d in zip(k, dilation, strict=True))
     x = np.arange(int(np.prod((*batch, *spatial))), dtype=np.int32).reshape(*batch, *spatial)
-    got = pool._pool(Tensor(x), k, stride, dilation)
+    got = pool.sliding_windows(Tensor(x), k, stride, dilation)
     want = _windows(x, k, stride, dilation)
     assert got.shape == want.shape
     np.testing.assert_array_equal(got.numpy(), want)
@@ -49,21 +49,21 @@ def test_pool_matches_numpy_sliding_windows(data: st.DataObject) -> None:
 
 def test_pool_int_stride_and_dilation_apply_to_every_axis() -> None:
     x = np.arange(2 * 9 * 8, dtype=np.float32).reshape(2, 9, 8)
-    got = pool._pool(Tensor(x), (3, 2), stride=2, dilation=2).numpy()
+    got = pool.sliding_windows(Tensor(x), (3, 2), stride=2, dilation=2).numpy()
     np.testing.assert_array_equal(got, _windows(x, (3, 2), (2, 2), (2, 2)))
 
 
 def test_pool_is_a_view_fused_into_one_kernel() -> None:
     x = Tensor(np.arange(30, dtype=np.float32).reshape(5, 6))
-    windows = pool._pool(x, (2, 3), stride=(1, 2)).add(1.0)
+    windows = pool.sliding_windows(x, (2, 3), stride=(1, 2)).add(1.0)
     assert len(windows.schedule().src) == 1
 
 
 @pytest.mark.parametrize(("k", "stride", "dilation"), [((7,), 1, 1), ((3,), 0, 1), ((0,), 1, 1), ((2, 2, 2), 1, 1),
                                                         ((4,), 1, 2), ((2,), (1, 1), 1)])
 def test_pool_rejects_windows_that_do_not_fit(k: tuple[int, ...], stride: Any, dilation: Any) -> None:
-    with pytest.raises(ShapeError, match="_pool"):
-        pool._pool(Tensor(np.zeros((2, 6), np.float32)), k, stride, dilation)
+    with pytest.raises(ShapeError, match="sliding_windows"):
+        pool.sliding_windows(Tensor(np.zeros((2, 6), np.float32)), k, stride, dilation)
 
 
 # ---- the other movement ops against PyTorch --------------------------------------------------------------------------

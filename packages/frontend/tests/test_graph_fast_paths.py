@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from plygrad.frontend import Tensor, dtypes, elementwise, gather, linear, nn, reduce, transcendental
+from plygrad.frontend import Tensor, core, dtypes, elementwise, gather, linear, nn, reduce, transcendental
 from plygrad.ir import DType, Ops
 
 SCALARS = [2, -3, 1.5, -0.0, float("nan"), True, False]
@@ -47,9 +47,9 @@ def make(kind: str, setting: str) -> Tensor:
 
 
 def by_tensors(t: Tensor, op: Ops, value: float | bool, reverse: bool, dtype: DType | None = None) -> Tensor:
-    """The op-by-op path: the constant as a Tensor of its own (elementwise._operands), then the ALU op."""
-    x, y = elementwise._operands(t, value, dtype, reverse=reverse)
-    return elementwise._alu(x, op, y)
+    """The op-by-op path: the constant as a Tensor of its own (elementwise.operands), then the ALU op."""
+    x, y = elementwise.operands(t, value, dtype, reverse=reverse)
+    return core.alu(x, op, y)
 
 
 def same(got: Tensor, want: Tensor) -> None:
@@ -74,7 +74,7 @@ def test_binary_op_with_a_scalar_builds_the_op_by_op_graph(kind: str, op: Ops, v
 def test_sub_and_div_with_a_scalar_build_the_op_by_op_graph(kind: str, value: float | bool, reverse: bool,
                                                              grad_setting: str) -> None:
     t = make(kind, grad_setting)
-    x, _ = elementwise._operands(t, value, reverse=reverse)
+    x, _ = elementwise.operands(t, value, reverse=reverse)
     if x.dtype.is_bool:
         with pytest.raises(Exception, match="subtraction"):
             t.sub(value, reverse)
@@ -82,9 +82,9 @@ def test_sub_and_div_with_a_scalar_build_the_op_by_op_graph(kind: str, value: fl
         same(t.sub(value, reverse), by_tensors(t, Ops.SUB, value, reverse))
     if x.dtype.is_float:
         same(t.div(value, reverse), by_tensors(t, Ops.FDIV, value, reverse))
-    else:  # integers divide as the default float, their operands cast after `_operands`
-        a, b = elementwise._operands(t, value, reverse=reverse)
-        want = elementwise._alu(a._cast_to(dtypes.default_float), Ops.FDIV, b._cast_to(dtypes.default_float))
+    else:  # integers divide as the default float, their operands cast after `operands`
+        a, b = elementwise.operands(t, value, reverse=reverse)
+        want = core.alu(a._cast_to(dtypes.default_float), Ops.FDIV, b._cast_to(dtypes.default_float))
         same(t.div(value, reverse), want)
 
 

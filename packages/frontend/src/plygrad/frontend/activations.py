@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import elementwise, transcendental
+from plygrad.frontend import core, transcendental
 from plygrad.frontend.composite import composite
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import DTypeError
@@ -31,7 +31,7 @@ SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 def hardtanh(t: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
     """x limited to [min_val, max_val]; unlike clamp, no gradient at the bounds themselves (PyTorch)."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     return x.le(min_val).where(x._const(min_val), x.ge(max_val).where(x._const(max_val), x))
 
 
@@ -41,20 +41,20 @@ def relu6(x: Tensor) -> Tensor:
 
 def leaky_relu(t: Tensor, neg_slope: float = 0.01) -> Tensor:
     """x for x > 0, neg_slope * x otherwise (the slope at 0 is neg_slope, like PyTorch)."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     return x.gt(0).where(x, x.mul(neg_slope))
 
 
 def elu(tensor: Tensor, alpha: float = 1.0) -> Tensor:
     """x for x > 0, alpha * (exp(x) - 1) otherwise."""
-    x = elementwise._float_input(tensor)
-    return transcendental._piecewise(x, x.gt(0), lambda t: t, lambda t: t.expm1().mul(alpha))
+    x = core.float_input(tensor)
+    return transcendental.piecewise(x, x.gt(0), lambda t: t, lambda t: t.expm1().mul(alpha))
 
 
 def celu(tensor: Tensor, alpha: float = 1.0) -> Tensor:
     """x for x > 0, alpha * (exp(x / alpha) - 1) otherwise."""
-    x = elementwise._float_input(tensor)
-    return transcendental._piecewise(x, x.gt(0), lambda t: t, lambda t: t.div(alpha).expm1().mul(alpha))
+    x = core.float_input(tensor)
+    return transcendental.piecewise(x, x.gt(0), lambda t: t, lambda t: t.div(alpha).expm1().mul(alpha))
 
 
 def selu(x: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Tensor:
@@ -66,7 +66,7 @@ def selu(x: Tensor, alpha: float = SELU_ALPHA, gamma: float = SELU_SCALE) -> Ten
 def gelu(t: Tensor, approximate: str = "tanh") -> Tensor:
     """x * Phi(x). `approximate="tanh"` (tinygrad's default) is 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
     PyTorch's `approximate='tanh'`; `"none"` is the exact 0.5 x (1 + erf(x / sqrt 2)), PyTorch's default."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     if approximate == "tanh":
         inner = x.mul(x).mul(0.044715).add(1.0).mul(x).mul(SQRT_2_OVER_PI)
         return x.mul(0.5).mul(inner.tanh().add(1.0))
@@ -77,26 +77,26 @@ def gelu(t: Tensor, approximate: str = "tanh") -> Tensor:
 
 def quick_gelu(t: Tensor) -> Tensor:
     """x * sigmoid(1.702 x), the fast GELU of CLIP."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     return x.mul(x.mul(1.702).sigmoid())
 
 
 def hardsigmoid(x: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
     """alpha * x + beta limited to [0, 1]: PyTorch's relu6(x + 3) / 6 with the defaults."""
-    return elementwise._float_input(x).mul(alpha).add(beta).hardtanh(0, 1)
+    return core.float_input(x).mul(alpha).add(beta).hardtanh(0, 1)
 
 
 def hardswish(t: Tensor) -> Tensor:
     """x * relu6(x + 3) / 6, written per piece so the slopes at -3 and 3 are PyTorch's one-sided ones (0 and 1);
     x * 0 below -3 keeps PyTorch's NaN at -inf."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     middle = x.mul(x.add(3.0)).mul(1 / 6)
     return x.le(-3.0).where(x.mul(0.0), x.ge(3.0).where(x, middle))
 
 
 def silu(t: Tensor) -> Tensor:
     """x * sigmoid(x)."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     return x.mul(x.sigmoid())
 
 
@@ -107,7 +107,7 @@ def swish(x: Tensor) -> Tensor:
 def softplus(t: Tensor, beta: float = 1.0) -> Tensor:
     """log(1 + exp(beta x)) / beta as max(beta x, 0) + log1p(exp(-|beta x|)), the max and |.| built from
     `where` on one comparison: no overflow, and the gradient sigmoid(beta x) holds at 0 too."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     bx = x.mul(beta)
     positive = bx.gt(0)
     tail = positive.where(bx.neg(), bx).exp().log1p()
@@ -116,24 +116,24 @@ def softplus(t: Tensor, beta: float = 1.0) -> Tensor:
 
 def mish(t: Tensor) -> Tensor:
     """x * tanh(softplus(x))."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     return x.mul(x.softplus().tanh())
 
 
 def softsign(t: Tensor) -> Tensor:
     """x / (1 + |x|)."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     return x.div(x.abs().add(1.0))
 
 
 def logsigmoid(x: Tensor) -> Tensor:
     """log(sigmoid(x)) = -softplus(-x), finite for every finite x."""
-    return elementwise._float_input(x).neg().softplus().neg()
+    return core.float_input(x).neg().softplus().neg()
 
 
 def softmin(x: Tensor, axis: int = -1) -> Tensor:
     """softmax(-x) over `axis`."""
-    return elementwise._float_input(x).neg().softmax(axis)
+    return core.float_input(x).neg().softmax(axis)
 
 
 def relu(x: Tensor) -> Tensor:
@@ -150,4 +150,4 @@ def sigmoid(t: Tensor) -> Tensor:
         positive = x.gt(0)
         e = positive.where(x.neg(), x).exp()
         return positive.where(e.add(1.0).reciprocal(), e.div(e.add(1.0)))
-    return transcendental._wide(t, fn)
+    return transcendental.computed_wide(t, fn)

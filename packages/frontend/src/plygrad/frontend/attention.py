@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, TypeVar
 
-from plygrad.frontend import creation
+from plygrad.frontend import core
 from plygrad.frontend.composite import composite
 from plygrad.ir import ShapeError, dtypes, result_dtype
 
@@ -53,7 +53,7 @@ def scaled_dot_product_attention(x: Tensor, key: Tensor, value: Tensor, attn_mas
         if attn_mask is not None:
             raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both (as PyTorch)")
         rows, cols = q.shape[-2], key.shape[-2]
-        attn_mask = creation._counter(x, cols).reshape(1, cols).le(creation._counter(x, rows).reshape(rows, 1))
+        attn_mask = core.int_range(x, cols).reshape(1, cols).le(core.int_range(x, rows).reshape(rows, 1))
     if attn_mask is not None:
         scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype.is_bool else scores.add(attn_mask)
     # softmax(scores) @ v with the division by the row sums after the product, (e @ v) / sum(e): the max, the

@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
-from plygrad.frontend import elementwise, fetch, gradient_marks, indexing, keyed_random, linalg, storage
+from plygrad.frontend import core, elementwise, fetch, gradient_marks, keyed_random, linalg, storage
 from plygrad.frontend import rearrange as rearrange_module
 from plygrad.frontend.lazy import Scalar, is_tensor
 from plygrad.ir import DTypeError, DTypeLike, Ops, ShapeError, UOp, dtypes, result_dtype, to_dtype
@@ -180,7 +180,7 @@ def _fold(x: Tensor, others: tuple[Tensor | Scalar | Sequence[Tensor | Scalar], 
         if not (is_tensor(item) or isinstance(item, (bool, int, float))):
             raise TypeError(f"{op}: expected Tensors or Python bool/int/float (or one list of them), got "
                             f"{type(item).__name__}")
-        term = indexing._mine(x, item) if is_tensor(item) else item
+        term = core.typed_like(x, item) if is_tensor(item) else item
         if x.dtype.is_bool:
             result = result.bitwise_or(term) if op == "usum" else result.bitwise_and(term)
         else:
@@ -211,8 +211,8 @@ def threefry(t: Tensor, seed: Tensor | int) -> Tensor:
             raise DTypeError(f"threefry: the key must be uint64, got {seed.dtype.name}; cast it first")
     elif type(seed) is not int or not 0 <= seed < UINT64_END:
         raise ValueError(f"threefry: an int key must be in [0, 2**64), got {seed!r}")
-    x, key = elementwise._operands(t, seed, dtype=dtypes.uint64, op="threefry")
-    return elementwise._alu(x, Ops.THREEFRY, key)
+    x, key = elementwise.operands(t, seed, dtype=dtypes.uint64, op="threefry")
+    return core.alu(x, Ops.THREEFRY, key)
 
 
 def contiguous_backward(x: Tensor) -> Tensor:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from plygrad.frontend import linear, pool
-from plygrad.frontend.pool import _explicit_padding, _per_axis
 from plygrad.ir import DTypeLike, ShapeError, result_dtype
 
 if TYPE_CHECKING:
@@ -45,9 +44,9 @@ def conv2d(t: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 
                          "divisible by groups)")
     if bias is not None and bias.shape != (cout,):
         raise ShapeError(f"{op}: bias of shape {bias.shape} should be ({cout},), one per output channel")
-    strides = _per_axis(stride, spatial, "stride", op)
-    dilations = _per_axis(dilation, spatial, "dilation", op)
-    pads = pool._conv_padding(padding, kernel, strides, dilations, op)
+    strides = pool.per_spatial_axis(stride, spatial, "stride", op)
+    dilations = pool.per_spatial_axis(dilation, spatial, "dilation", op)
+    pads = pool.conv_padding(padding, kernel, strides, dilations, op)
     padded = x.pad(((0, 0), (0, 0), *pads)) if any(b or a for b, a in pads) else x
     for axis, (n, k, d) in enumerate(zip(padded.shape[2:], kernel, dilations, strict=True)):
         if n < d * (k - 1) + 1:
@@ -55,8 +54,8 @@ def conv2d(t: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 
                              f"{pads}) has size {n}, smaller than the kernel's reach {d * (k - 1) + 1} "
                              f"(weight shape {weight.shape}, dilation {dilations})")
     dt = x.dtype if x.dtype is w.dtype else result_dtype(x.dtype, w.dtype)
-    acc = linear._accumulate_dtype(dt)
-    windows = pool._pool(padded._cast_to(acc), kernel, strides, dilations)  # (N, Cin, *out, *kernel)
+    acc = linear.accumulate_dtype(dt)
+    windows = pool.sliding_windows(padded._cast_to(acc), kernel, strides, dilations)  # (N, Cin, *out, *kernel)
     out = windows.shape[2:2 + spatial]
     per_group = cout // groups
     windows = windows.reshape(batch, groups, 1, cin_group, *out, *kernel)
@@ -99,10 +98,10 @@ def conv_transpose2d(t: Tensor, weight: Tensor, bias: Tensor | None = None, grou
     if type(groups) is not int or groups < 1 or t.shape[1] != cin or cin % groups:
         raise ShapeError(f"{op}: input of shape {t.shape} has {t.shape[1]} channels, but weight of shape "
                          f"{weight.shape} expects {cin} (divisible by groups={groups})")
-    strides = _per_axis(stride, spatial, "stride", op)
-    dilations = _per_axis(dilation, spatial, "dilation", op)
-    extra = _per_axis(output_padding, spatial, "output_padding", op)
-    pads = _explicit_padding(padding, spatial, op)
+    strides = pool.per_spatial_axis(stride, spatial, "stride", op)
+    dilations = pool.per_spatial_axis(dilation, spatial, "dilation", op)
+    extra = pool.per_spatial_axis(output_padding, spatial, "output_padding", op)
+    pads = pool.explicit_padding(padding, spatial, op)
     for s, d, e in zip(strides, dilations, extra, strict=True):
         if not 0 <= e < max(s, d):
             raise ValueError(f"{op}: output_padding {output_padding!r} must be smaller than stride {stride!r} or "

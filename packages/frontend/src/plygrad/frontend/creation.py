@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from plygrad.frontend import random
+from plygrad.frontend import core
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import Scalar, buffer_view, const_uop, resolve_device
 from plygrad.frontend.symbolic import check_size
@@ -26,9 +26,8 @@ if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
 
 
-
 # ---- creation ---------------------------------------------------------------------------------------------
-def _shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
+def shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
     """The shape a creation function was given as `2, 3`, `(2, 3)` or `[2, 3]`; a ShapeError naming the
     argument that is not a size (an int >= 0; NumPy integers count) is raised here, at the call: a SizeTypeError (a
     TypeError too, as PyTorch's) for a size that is not an int, a plain ShapeError for a negative one."""
@@ -53,31 +52,31 @@ def _shape_arg(shape: tuple[int | Sequence[int], ...]) -> tuple[int, ...]:
 def full(cls: type[Tensor], shape: int | Sequence[int], fill_value: Scalar, dtype: DTypeLike | None = None,
          device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """A constant tensor: a CONST broadcast to `shape`, which costs no memory until realized."""
-    dims = _shape_arg((shape,))
+    dims = shape_arg((shape,))
     dt = dtypes.from_py(fill_value) if dtype is None else to_dtype(dtype)
-    return _requiring_grad(cls._make(const_uop(dt, fill_value, dims), resolve_device(device)), requires_grad)
+    return requiring_grad(cls._make(const_uop(dt, fill_value, dims), resolve_device(device)), requires_grad)
 
 
 def zeros(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
           requires_grad: bool | None = None) -> Tensor:
-    return cls.full(_shape_arg(shape), 0.0, dtype or dtypes.default_float, device, requires_grad)
+    return cls.full(shape_arg(shape), 0.0, dtype or dtypes.default_float, device, requires_grad)
 
 
 def ones(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
          requires_grad: bool | None = None) -> Tensor:
-    return cls.full(_shape_arg(shape), 1.0, dtype or dtypes.default_float, device, requires_grad)
+    return cls.full(shape_arg(shape), 1.0, dtype or dtypes.default_float, device, requires_grad)
 
 
 def empty(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None, device: str | None = None,
           requires_grad: bool | None = None) -> Tensor:
     """An uninitialized tensor: a Buffer that is allocated on first use, its contents undefined."""
-    dims = _shape_arg(shape)
+    dims = shape_arg(shape)
     dt = dtypes.default_float if dtype is None else to_dtype(dtype)
     buf = Buffer(resolve_device(device), math.prod(dims), dt)
-    return _requiring_grad(cls._make(buffer_view(buf, dims), buf.device, (buf,)), requires_grad)
+    return requiring_grad(cls._make(buffer_view(buf, dims), buf.device, (buf,)), requires_grad)
 
 
-def _requiring_grad(x: Tensor, requires_grad: bool | None) -> Tensor:
+def requiring_grad(x: Tensor, requires_grad: bool | None) -> Tensor:
     """Pass a factory's `requires_grad=` on to the result (None leaves the default, like tinygrad)."""
     return x if requires_grad is None else x.requires_grad_(requires_grad)
 
@@ -93,13 +92,9 @@ def arange(cls: type[Tensor], start: Scalar, stop: Scalar | None = None, step: S
     dt = dtype or (dtypes.default_float if any(isinstance(v, float) for v in (start, stop, step))
                    else dtypes.default_int)
     dev = resolve_device(device)
-    values = cls._make(_counter_uop(count, dev), dev).cast(dt)
+    values = cls._make(core.int_range_uop(count, dev), dev).cast(dt)
     values = values.mul(step).add(start).cast(dt) if (start, step) != (0, 1) else values
-    return _requiring_grad(values, requires_grad)
-
-
-def _counter_uop(count: int, device: str) -> UOp:
-    return random.counter(count, dtypes.int32 if count < 2**31 else dtypes.int64, device)
+    return requiring_grad(values, requires_grad)
 
 
 def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, *, dtype: DTypeLike | None = None,
@@ -116,11 +111,11 @@ def linspace(cls: type[Tensor], start: Scalar, stop: Scalar, steps: int, *, dtyp
         return cls.full((steps,), start, dt, dev, requires_grad)
     compute = dt if dt.is_float else dtypes.float32
     step = (stop - start) / (steps - 1)
-    index = cls._make(_counter_uop(steps, dev), dev).cast(compute)
+    index = cls._make(core.int_range_uop(steps, dev), dev).cast(compute)
     up = index.mul(step).add(start)
     down = index.sub(steps - 1).mul(step).add(stop)
     values = index.lt(steps // 2).where(up, down).cast(dt)
-    return _requiring_grad(values, requires_grad)
+    return requiring_grad(values, requires_grad)
 
 
 def eye(cls: type[Tensor], n: int, m: int | None = None, dtype: DTypeLike | None = None, device: str | None = None,
@@ -130,7 +125,7 @@ def eye(cls: type[Tensor], n: int, m: int | None = None, dtype: DTypeLike | None
     size = max(n, cols)
     ones = cls.ones(size, 1, dtype=dtype or dtypes.default_float, device=device)
     square = ones.pad(((0, 0), (0, size))).flatten().shrink(((0, size * size),)).reshape(size, size)
-    return _requiring_grad(square.shrink(((0, n), (0, cols))), requires_grad)
+    return requiring_grad(square.shrink(((0, n), (0, cols))), requires_grad)
 
 
 def full_like(x: Tensor, fill_value: Scalar, dtype: DTypeLike | None = None, device: str | None = None,
@@ -170,13 +165,8 @@ def _triangle(x: Tensor, diagonal: int, upper: bool) -> Tensor:
     if x.ndim < 2:
         raise ShapeError(f"{name} of shape {x.shape}: needs at least 2 axes (a matrix or a batch of them)")
     rows, cols = x.shape[-2:]
-    row = x._make(_counter_uop(rows, x.device), x.device).reshape(rows, 1)
-    col = x._make(_counter_uop(cols, x.device), x.device).reshape(1, cols)
+    row = x._make(core.int_range_uop(rows, x.device), x.device).reshape(rows, 1)
+    col = x._make(core.int_range_uop(cols, x.device), x.device).reshape(1, cols)
     offset = col.sub(row)  # (rows, cols), broadcast against the batch axes by where
     keep = offset.ge(diagonal) if upper else offset.le(diagonal)
     return keep.where(x, x._const(0))
-
-
-def _counter(x: Tensor, n: int) -> Tensor:
-    """0..n-1 as int32, made in the graph (no memory)."""
-    return x._make(random.counter(n, dtypes.int32, x.device), x.device)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Literal
 
+from plygrad.frontend import core
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import LazyTensor, Scalar, broadcast_uop, const_uop
 from plygrad.ir import (
@@ -34,8 +35,8 @@ RoundingMode = Literal["trunc", "floor"]
 
 
 # ---- building blocks --------------------------------------------------------------------------------------
-def _operands(t: Tensor, other: Tensor | Scalar, dtype: DType | None = None, reverse: bool = False,
-              op: str = "op") -> tuple[Tensor, Tensor]:
+def operands(t: Tensor, other: Tensor | Scalar, dtype: DType | None = None, reverse: bool = False,
+             op: str = "op") -> tuple[Tensor, Tensor]:
     """Both operands of a binary op at one dtype (promoted unless given) and one broadcast shape."""
     if isinstance(other, LazyTensor):
         if other.device != t.device:
@@ -56,15 +57,11 @@ def _operands(t: Tensor, other: Tensor | Scalar, dtype: DType | None = None, rev
     return (y, x) if reverse else (x, y)
 
 
-def _alu(x: Tensor, op: Ops, *srcs: Tensor) -> Tensor:
-    return x._new(x.uop.alu(op, *(s.uop for s in srcs)), *srcs)
-
-
 def _binary(t: Tensor, op: Ops, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
     if not isinstance(other, LazyTensor) and isinstance(other, (bool, int, float)):
         return _scalar_alu(t, op, other, _scalar_dtype(t.dtype, other), reverse)
-    x, y = _operands(t, other, reverse=reverse, op=op.name)
-    return _alu(x, op, y)
+    x, y = operands(t, other, reverse=reverse, op=op.name)
+    return core.alu(x, op, y)
 
 
 def _scalar_dtype(dtype: DType, value: Scalar) -> DType:
@@ -73,17 +70,12 @@ def _scalar_dtype(dtype: DType, value: Scalar) -> DType:
 
 
 def _scalar_alu(t: Tensor, op: Ops, value: Scalar, dtype: DType, reverse: bool = False) -> Tensor:
-    """`op(t, value)` (reversed: `op(value, t)`) at `dtype`, the graph `_operands` and `_alu` build, without a
+    """`op(t, value)` (reversed: `op(value, t)`) at `dtype`, the graph `operands` and `core.alu` build, without a
     Tensor for the constant: it reads no Buffer and never requires grad, so the result's inputs and requires_grad
     are `t`'s alone. Most scalar ops of a model (polynomials, scales, epsilons) go this way."""
     x = t._cast_to(dtype)
     const = const_uop(dtype, value, x.shape)
     return x._new(const.alu(op, x.uop) if reverse else x.uop.alu(op, const))
-
-
-def _float_input(x: Tensor) -> Tensor:
-    """Math functions act on floats; integers and bool are cast to the default float first (PyTorch)."""
-    return x if x.dtype.is_float else x._cast_to(dtypes.default_float)
 
 
 def _no_bool(x: Tensor, op: str) -> None:
@@ -101,9 +93,9 @@ def sub(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
         dt = _scalar_dtype(t.dtype, other)
         if not dt.is_bool:  # a bool difference raises below
             return _scalar_alu(t, Ops.SUB, other, dt, reverse)
-    x, y = _operands(t, other, reverse=reverse, op="SUB")
+    x, y = operands(t, other, reverse=reverse, op="SUB")
     _no_bool(x, "subtraction")
-    return _alu(x, Ops.SUB, y)
+    return core.alu(x, Ops.SUB, y)
 
 
 def mul(x: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
@@ -114,21 +106,21 @@ def _true_div(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tenso
     """True division: integers and bool divide as the default float (PyTorch)."""
     if not isinstance(other, LazyTensor) and isinstance(other, (bool, int, float)):
         dt = _scalar_dtype(t.dtype, other)
-        if dt.is_float:  # integers are cast after `_operands` (the cast of a constant is its own graph)
+        if dt.is_float:  # integers are cast after `operands` (the cast of a constant is its own graph)
             return _scalar_alu(t, Ops.FDIV, other, dt, reverse)
-    x, y = _operands(t, other, reverse=reverse, op="FDIV")
+    x, y = operands(t, other, reverse=reverse, op="FDIV")
     if not x.dtype.is_float:
         x, y = x._cast_to(dtypes.default_float), y._cast_to(dtypes.default_float)
-    return _alu(x, Ops.FDIV, y)
+    return core.alu(x, Ops.FDIV, y)
 
 
 def floordiv(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
     """Floor division (Python's and PyTorch's `//`), built from C's truncating IDIV for integers."""
-    x, y = _operands(t, other, reverse=reverse, op="floordiv")
+    x, y = operands(t, other, reverse=reverse, op="floordiv")
     if x.dtype.is_float:
-        return _alu(x, Ops.FDIV, y).floor()
+        return core.alu(x, Ops.FDIV, y).floor()
     _no_bool(x, "floor division")
-    q = _alu(x, Ops.IDIV, y)
+    q = core.alu(x, Ops.IDIV, y)
     if x.dtype.kind is DTypeKind.UNSIGNED:
         return q
     return q.sub(_needs_floor_fix(x, y)._cast_to(q.dtype))
@@ -136,11 +128,11 @@ def floordiv(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor
 
 def mod(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
     """Floor modulo (Python's `%`, PyTorch's `remainder`): the result takes the divisor's sign."""
-    x, y = _operands(t, other, reverse=reverse, op="mod")
+    x, y = operands(t, other, reverse=reverse, op="mod")
     if x.dtype.is_float:
-        return x.sub(_alu(x, Ops.FDIV, y).floor().mul(y))
+        return x.sub(core.alu(x, Ops.FDIV, y).floor().mul(y))
     _no_bool(x, "modulo")
-    r = _alu(x, Ops.MOD, y)
+    r = core.alu(x, Ops.MOD, y)
     if x.dtype.kind is DTypeKind.UNSIGNED:
         return r
     return _needs_floor_fix(x, y).where(r.add(y), r)
@@ -148,17 +140,17 @@ def mod(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
 
 def _needs_floor_fix(x: Tensor, y: Tensor) -> Tensor:
     """Where C's truncation and floor disagree: a non-zero remainder whose sign differs from the divisor's."""
-    r = _alu(x, Ops.MOD, y)
+    r = core.alu(x, Ops.MOD, y)
     zero = r._const(0)
     return r.ne(zero).logical_and(r.lt(zero).ne(y.lt(zero)))
 
 
 def pow(t: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
     """`x ** y` through C's pow; integer powers are computed in float64 and cast back to the integer dtype."""
-    x, y = _operands(t, other, reverse=reverse, op="POW")
+    x, y = operands(t, other, reverse=reverse, op="POW")
     if x.dtype.is_float:
-        return _alu(x, Ops.POW, y)
-    wide = _alu(x._cast_to(dtypes.float64), Ops.POW, y._cast_to(dtypes.float64))
+        return core.alu(x, Ops.POW, y)
+    wide = core.alu(x._cast_to(dtypes.float64), Ops.POW, y._cast_to(dtypes.float64))
     return wide.round_half_away()._cast_to(x.dtype)
 
 
@@ -169,7 +161,7 @@ def round_half_away(x: Tensor) -> Tensor:
 
 def neg(x: Tensor) -> Tensor:
     _no_bool(x, "negation")
-    return _alu(x, Ops.NEG)
+    return core.alu(x, Ops.NEG)
 
 
 def maximum(x: Tensor, other: Tensor | Scalar) -> Tensor:
@@ -177,9 +169,9 @@ def maximum(x: Tensor, other: Tensor | Scalar) -> Tensor:
 
 
 def minimum(t: Tensor, other: Tensor | Scalar) -> Tensor:
-    x, y = _operands(t, other, op="minimum")
+    x, y = operands(t, other, op="minimum")
     if x.dtype.is_float:  # NEG keeps MAX's NaN propagation; integers use WHERE (NEG of INT_MIN wraps)
-        return _alu(x.neg(), Ops.MAX, y.neg()).neg()
+        return core.alu(x.neg(), Ops.MAX, y.neg()).neg()
     return x.lt(y).where(x, y)
 
 
@@ -213,9 +205,9 @@ def _where_scalar(cond: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tenso
 def _where_by_tensors(cond: Tensor, x: Tensor | Scalar, y: Tensor | Scalar) -> Tensor:
     """`where` op by op through Tensors (`cond` already read as bool)."""
     if isinstance(x, LazyTensor):
-        a, b = _operands(x, y, op="where")
+        a, b = operands(x, y, op="where")
     elif isinstance(y, LazyTensor):
-        b, a = _operands(y, x, op="where")
+        b, a = operands(y, x, op="where")
     else:
         dt = result_dtype(x, y)
         a, b = cond._const(x, dt), cond._const(y, dt)
@@ -234,13 +226,13 @@ def gt(x: Tensor, other: Tensor | Scalar) -> Tensor:
 
 
 def le(t: Tensor, other: Tensor | Scalar) -> Tensor:
-    x, y = _operands(t, other, op="le")
-    return _alu(x, Ops.CMPLT, y).logical_or(_alu(x, Ops.CMPEQ, y))  # false with NaN, like IEEE <=
+    x, y = operands(t, other, op="le")
+    return core.alu(x, Ops.CMPLT, y).logical_or(core.alu(x, Ops.CMPEQ, y))  # false with NaN, like IEEE <=
 
 
 def ge(t: Tensor, other: Tensor | Scalar) -> Tensor:
-    x, y = _operands(t, other, op="ge")
-    return _alu(y, Ops.CMPLT, x).logical_or(_alu(x, Ops.CMPEQ, y))
+    x, y = operands(t, other, op="ge")
+    return core.alu(y, Ops.CMPLT, x).logical_or(core.alu(x, Ops.CMPEQ, y))
 
 
 def eq(x: Tensor, other: Tensor | Scalar) -> Tensor:
@@ -252,26 +244,26 @@ def ne(x: Tensor, other: Tensor | Scalar) -> Tensor:
 
 
 def logical_and(t: Tensor, other: Tensor | Scalar) -> Tensor:
-    x, y = _operands(t, other, dtypes.bool, op="logical_and")
-    return _alu(x, Ops.AND, y)
+    x, y = operands(t, other, dtypes.bool, op="logical_and")
+    return core.alu(x, Ops.AND, y)
 
 
 def logical_or(t: Tensor, other: Tensor | Scalar) -> Tensor:
-    x, y = _operands(t, other, dtypes.bool, op="logical_or")
-    return _alu(x, Ops.OR, y)
+    x, y = operands(t, other, dtypes.bool, op="logical_or")
+    return core.alu(x, Ops.OR, y)
 
 
 def logical_not(t: Tensor) -> Tensor:
     x = t._cast_to(dtypes.bool)
-    return _alu(x, Ops.XOR, x._const(True))
+    return core.alu(x, Ops.XOR, x._const(True))
 
 
 # ---- bitwise ops and shifts -------------------------------------------------------------------------------
 def _bitwise(t: Tensor, op: Ops, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
-    x, y = _operands(t, other, reverse=reverse, op=op.name)
+    x, y = operands(t, other, reverse=reverse, op=op.name)
     if x.dtype.is_float:
         raise DTypeError(f"{op.name} (bitwise) of {x.dtype} tensors is not defined; it takes integers or bool")
-    return _alu(x, op, y)
+    return core.alu(x, op, y)
 
 
 def bitwise_and(x: Tensor, other: Tensor | Scalar, reverse: bool = False) -> Tensor:
@@ -290,25 +282,25 @@ def bitwise_not(x: Tensor) -> Tensor:
     """`~x`: every bit flipped on integers, logical not on bool."""
     if x.dtype.is_float:
         raise DTypeError(f"bitwise_not (~) of a {x.dtype} tensor is not defined; it takes integers or bool")
-    return x.logical_not() if x.dtype.is_bool else _alu(x, Ops.XOR, x._const(-1))
+    return x.logical_not() if x.dtype.is_bool else core.alu(x, Ops.XOR, x._const(-1))
 
 
 def _shift(t: Tensor, op: Ops, other: Tensor | Scalar, reverse: bool) -> Tensor:
     """SHL/SHR with PyTorch's answer for every shift amount: the IR defines only 0 <= y < bits, so amounts
     outside it give 0 (left) or the sign fill, -1 or 0 (right), as if shifted one bit at a time."""
     name = "lshift" if op is Ops.SHL else "rshift"
-    x, y = _operands(t, other, reverse=reverse, op=name)
+    x, y = operands(t, other, reverse=reverse, op=name)
     if not x.dtype.is_int:
         raise DTypeError(f"{name} of {x.dtype} tensors is not defined; shifts take integer tensors "
                          f"(shapes {x.shape} and {y.shape})")
     bits = x.dtype.bitsize
     if isinstance(other, int) and not reverse and 0 <= other < bits:
-        return _alu(x, op, y)
+        return core.alu(x, op, y)
     valid = y.ge(0).logical_and(y.lt(bits))
-    shifted = _alu(x, op, valid.where(y, 0))
+    shifted = core.alu(x, op, valid.where(y, 0))
     if op is Ops.SHL or x.dtype.is_unsigned:
         return valid.where(shifted, 0)
-    return valid.where(shifted, _alu(x, Ops.SHR, x._const(bits - 1)))
+    return valid.where(shifted, core.alu(x, Ops.SHR, x._const(bits - 1)))
 
 
 def lshift(x: Tensor, other: Tensor | int, reverse: bool = False) -> Tensor:
@@ -338,12 +330,12 @@ def bitcast(x: Tensor, dtype: DTypeLike) -> Tensor:
 
 
 def reciprocal(x: Tensor) -> Tensor:
-    return _alu(_float_input(x), Ops.RECIPROCAL)
+    return core.alu(core.float_input(x), Ops.RECIPROCAL)
 
 
 # ---- rounding, sign and magnitude -------------------------------------------------------------------------
 def trunc(x: Tensor) -> Tensor:
-    return _alu(x, Ops.TRUNC) if x.dtype.is_float else x
+    return core.alu(x, Ops.TRUNC) if x.dtype.is_float else x
 
 
 def floor(x: Tensor) -> Tensor:
@@ -376,7 +368,7 @@ def abs(x: Tensor) -> Tensor:
     if x.dtype.is_bool or x.dtype.is_unsigned:
         return x
     if not x.dtype.is_float:
-        return _alu(x, Ops.MAX, x.neg())
+        return core.alu(x, Ops.MAX, x.neg())
     return x.gt(0).where(x, x.lt(0).where(x.neg(), x.sub(x)))
 
 
@@ -399,8 +391,8 @@ def _signbit(x: Tensor) -> Tensor:
 
 def copysign(t: Tensor, other: Tensor | Scalar) -> Tensor:
     """|self| with the sign bit of `other` (including -0.0); the gradient is +-1, 0 where self is 0 (PyTorch)."""
-    x, y = _operands(t, other, op="copysign")
-    x, y = _float_input(x), y._cast_to(dtypes.default_float) if not y.dtype.is_float else y
+    x, y = operands(t, other, op="copysign")
+    x, y = core.float_input(x), y._cast_to(dtypes.default_float) if not y.dtype.is_float else y
     if y.dtype is not x.dtype:
         x, y = x._cast_to(result_dtype(x.dtype, y.dtype)), y._cast_to(result_dtype(x.dtype, y.dtype))
     z = x.eq(0).where(x.mul(0.0), x)
@@ -409,11 +401,11 @@ def copysign(t: Tensor, other: Tensor | Scalar) -> Tensor:
 
 def lerp(t: Tensor, end: Tensor | Scalar, weight: Tensor | Scalar) -> Tensor:
     """self + weight * (end - self), evaluated from the nearer end (PyTorch's formula: exact at weight 1)."""
-    x, e = _operands(t, end, op="lerp")
+    x, e = operands(t, end, op="lerp")
     if isinstance(weight, LazyTensor):
-        w, x = _operands(weight, x, op="lerp")
-        x, e = _operands(x, e, op="lerp")
-        w, x = _operands(w, x, op="lerp")
+        w, x = operands(weight, x, op="lerp")
+        x, e = operands(x, e, op="lerp")
+        w, x = operands(w, x, op="lerp")
     else:
         w = x._const(weight)
     diff = e.sub(x)
@@ -427,10 +419,10 @@ def clamp(t: Tensor, min_: Tensor | Scalar | None = None, max_: Tensor | Scalar 
         raise ArgumentValueError(f"clamp of a tensor of shape {t.shape}: give min_, max_ or both")
     x = t
     if min_ is not None:
-        x, lo = _operands(x, min_, op="clamp")
+        x, lo = operands(x, min_, op="clamp")
         x = x.lt(lo).where(lo, x)
     if max_ is not None:
-        x, hi = _operands(x, max_, op="clamp")
+        x, hi = operands(x, max_, op="clamp")
         x = x.gt(hi).where(hi, x)
     return x
 
@@ -461,10 +453,10 @@ def isclose(t: Tensor, other: Tensor | Scalar, rtol: float = 1e-05, atol: float 
             equal_nan: bool = False) -> Tensor:
     """|self - other| <= atol + rtol * |other| where both are finite; equal values (infinities too) are close;
     NaNs are close to each other only with equal_nan."""
-    x, y = _operands(t, other, op="isclose")
+    x, y = operands(t, other, op="isclose")
     if x.dtype.is_bool:
         return x.eq(y)
-    x, y = _float_input(x), _float_input(y)
+    x, y = core.float_input(x), core.float_input(y)
     near = x.sub(y).abs().le(y.abs().mul(rtol).add(atol)).logical_and(x.isfinite()).logical_and(y.isfinite())
     close = x.eq(y).logical_or(near)
     return close.logical_or(x.isnan().logical_and(y.isnan())) if equal_nan else close
@@ -490,21 +482,21 @@ def div(t: Tensor, other: Tensor | Scalar, reverse: bool = False, rounding_mode:
         return t.floordiv(other, reverse)
     if rounding_mode != "trunc":
         raise ArgumentValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
-    x, y = _operands(t, other, reverse=reverse, op="div")
+    x, y = operands(t, other, reverse=reverse, op="div")
     if x.dtype.is_float:
         return x.div(y).trunc()
     _no_bool(x, "division with rounding_mode='trunc'")
-    return _alu(x, Ops.IDIV, y)
+    return core.alu(x, Ops.IDIV, y)
 
 
 def fmod(t: Tensor, other: Tensor | Scalar) -> Tensor:
     """C's remainder (torch.fmod): `x - trunc(x / y) * y`, taking the sign of the dividend (unlike `%`, which
     takes the divisor's)."""
-    x, y = _operands(t, other, op="fmod")
+    x, y = operands(t, other, op="fmod")
     if x.dtype.is_float:
         return x.sub(x.div(y, rounding_mode="trunc").mul(y))
     _no_bool(x, "fmod")
-    return _alu(x, Ops.MOD, y)
+    return core.alu(x, Ops.MOD, y)
 
 
 def allclose(x: Tensor, other: Tensor, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import numpy as np
 
-from plygrad.frontend import creation, indexing, setitem
+from plygrad.frontend import core, creation, indexing, setitem
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import LazyTensor, Scalar, broadcast_uop, const_uop, is_tensor, movement
 from plygrad.ir import DTypeError, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype
@@ -44,7 +44,7 @@ def _dim_index(x: Tensor, dim: int, index: LazyTensor, op: str,
         if d != axis and i > s:
             raise ShapeError(f"{op}: index of shape {index.shape} is larger than shape {limit} along axis {d} "
                              f"(dim={dim}); only the indexing axis may be longer")
-    return axis, indexing._as_index(x, index, x.shape[axis], op)
+    return axis, indexing.as_index(x, index, x.shape[axis], op)
 
 
 def gather(t: Tensor, dim: int, index: LazyTensor) -> Tensor:
@@ -57,8 +57,8 @@ def gather(t: Tensor, dim: int, index: LazyTensor) -> Tensor:
     x = t.shrink(tuple(None if d == axis else (0, s) for d, s in enumerate(idx.shape)))
     # the indexed axis moves to a new last axis m; out[..., i, ...] = sum_m x[..., m, ...] * (index == m)
     values = x.unsqueeze(-1).transpose(axis, -1)._broadcast_to((*idx.shape, n))
-    mask = idx.unsqueeze(-1).eq(creation._counter(t, n))
-    return indexing._pick(mask.where(values, 0), (-1,))._cast_to(t.dtype)
+    mask = idx.unsqueeze(-1).eq(core.int_range(t, n))
+    return indexing.one_hot_sum(mask.where(values, 0), (-1,))._cast_to(t.dtype)
 
 
 def take_along_dim(t: Tensor, indices: LazyTensor, dim: int | None = None) -> Tensor:
@@ -105,7 +105,7 @@ def _scatter_parts(x: Tensor, axis: int, idx: Tensor, src: Tensor) -> tuple[Tens
         idx, source = idx.sub(n).pad(grow).add(n), source.pad(grow)
     full = (*x.shape, k)
     moved = idx.unsqueeze(-1).transpose(axis, -1)._broadcast_to(full)
-    positions = creation._counter(x, n).reshape(*(n if d == axis else 1 for d in range(x.ndim)), 1)
+    positions = core.int_range(x, n).reshape(*(n if d == axis else 1 for d in range(x.ndim)), 1)
     return moved.eq(positions), source.unsqueeze(-1).transpose(axis, -1)._broadcast_to(full)
 
 
@@ -116,7 +116,7 @@ def _scatter_src(x: Tensor, src: LazyTensor | Scalar, idx: Tensor, op: str) -> T
                              f"({x.shape}) and be at least the index's shape {idx.shape} on each")
         if src.device != x.device:
             raise ArgumentValueError(f"{op}: src is on {src.device} but the tensor is on {x.device}")
-        return indexing._mine(x, src._cast_to(x.dtype))
+        return core.typed_like(x, src._cast_to(x.dtype))
     if isinstance(src, (bool, int, float)):
         return x._const(src, x.dtype, idx.shape)
     raise TypeError(f"{op}: src must be a Tensor or a Python scalar, got {type(src).__name__}")
@@ -139,10 +139,10 @@ def scatter(x: Tensor, dim: int, index: LazyTensor, src: LazyTensor | Scalar,
         return _scatter_reduce_parts(x, axis, idx, source, "prod", True)
     hit, values = _scatter_parts(x, axis, idx, source)
     k = idx.shape[axis]
-    order = creation._counter(x, k).reshape(*(1,) * x.ndim, k)._broadcast_to(hit.shape)
+    order = core.int_range(x, k).reshape(*(1,) * x.ndim, k)._broadcast_to(hit.shape)
     winner = hit.where(order, -1).max(-1, keepdim=True)  # the last index entry naming each element
     chosen = hit.logical_and(order.eq(winner._broadcast_to(hit.shape)))
-    written = indexing._pick(chosen.where(values, 0), (-1,))._cast_to(x.dtype)
+    written = indexing.one_hot_sum(chosen.where(values, 0), (-1,))._cast_to(x.dtype)
     return winner.reshape(x.shape).ge(0).where(written, x)
 
 
@@ -200,14 +200,14 @@ def masked_fill(x: Tensor, mask: LazyTensor, value: LazyTensor | Scalar) -> Tens
     if not is_tensor(mask) or not mask.dtype.is_bool:
         what = mask.dtype if isinstance(mask, LazyTensor) else type(mask).__name__
         raise DTypeError(f"masked_fill: the mask must be a bool tensor, got {what}")
-    fill = setitem._value_for(x, value, "masked_fill")
+    fill = setitem.value_for(x, value, "masked_fill")
     if fill.ndim:
         raise ShapeError(f"masked_fill: the value must be a scalar or a 0-d tensor, got shape {fill.shape}")
     shape = broadcast_shapes(x.shape, mask.shape)
     if shape != x.shape:
         raise ShapeError(f"masked_fill: a mask of shape {mask.shape} does not broadcast to the tensor's shape "
                          f"{x.shape}")
-    return indexing._mine(x, mask).where(fill, x)._cast_to(x.dtype)
+    return core.typed_like(x, mask).where(fill, x)._cast_to(x.dtype)
 
 
 def _masked_select_all(x: Tensor, mask: LazyTensor) -> Tensor:
@@ -218,8 +218,8 @@ def _masked_select_all(x: Tensor, mask: LazyTensor) -> Tensor:
         raise DTypeError(f"masked_select: the mask must be a bool tensor, got {what}")
     shape = broadcast_shapes(x.shape, mask.shape)
     flat = x._broadcast_to(shape).flatten()
-    positions = np.flatnonzero(indexing._read_back(mask._broadcast_to(shape)))
-    return flat[indexing._from_host(x, positions)]
+    positions = np.flatnonzero(core.read_back(mask._broadcast_to(shape)))
+    return flat[core.from_host(x, positions)]
 
 
 def nonzero(x: Tensor, size: int | None = None, fill_value: int = 0) -> Tensor:
@@ -232,10 +232,10 @@ def nonzero(x: Tensor, size: int | None = None, fill_value: int = 0) -> Tensor:
     `masked_select(size=)` over the flat positions."""
     if size is not None:
         return _nonzero_sized(x, size, fill_value)
-    values = indexing._read_back(x)
+    values = core.read_back(x)
     if x.ndim == 0:
-        return indexing._from_host(x, np.zeros((1 if values.item() else 0, 0), np.int32))
-    return indexing._from_host(x, np.argwhere(values))
+        return core.from_host(x, np.zeros((1 if values.item() else 0, 0), np.int32))
+    return core.from_host(x, np.argwhere(values))
 
 
 def _nonzero_sized(x: Tensor, size: int, fill_value: int) -> Tensor:
@@ -249,7 +249,7 @@ def _nonzero_sized(x: Tensor, size: int, fill_value: int) -> Tensor:
     if x.ndim == 0:
         return x.zeros(size, 0, dtype=dtypes.int32, device=x.device)
     mask = x if x.dtype.is_bool else x.ne(0)  # NaN counts as non-zero, as in NumPy and PyTorch
-    flat = masked_select(creation._counter(x, n), mask.flatten(), size=size, fill_value=-1)  # -1: a padding row
+    flat = masked_select(core.int_range(x, n), mask.flatten(), size=size, fill_value=-1)  # -1: a padding row
     columns, stride = [], n
     for dim in x.shape:
         stride //= dim
@@ -264,10 +264,10 @@ def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
     if x.dtype.is_float or x.dtype.is_bool:
         raise DTypeError(f"one_hot: the tensor must hold integer class indices, got {x.dtype}")
     if num_classes == -1:
-        num_classes = int(indexing._read_back(x).max()) + 1 if x.numel() else 0
+        num_classes = int(core.read_back(x).max()) + 1 if x.numel() else 0
     if type(num_classes) is not int or num_classes < 0:
         raise ArgumentValueError(f"one_hot: num_classes must be an int >= 0 or -1, got {num_classes!r}")
-    hit = x._cast_to(indexing._index_dtype(x.dtype)).unsqueeze(-1).eq(creation._counter(x, num_classes))
+    hit = x._cast_to(indexing.index_dtype(x.dtype)).unsqueeze(-1).eq(core.int_range(x, num_classes))
     return hit._cast_to(dtypes.default_int)
 
 
@@ -283,9 +283,9 @@ def masked_select(x: Tensor, mask: LazyTensor, size: int | None = None, fill_val
     if type(size) is not int or size < 0:
         raise ArgumentValueError(f"masked_select: size must be an int >= 0 or None, got {size!r}")
     flat = x.flatten()
-    keep = indexing._mine(x, mask)._broadcast_to(x.shape).flatten()
+    keep = core.typed_like(x, mask)._broadcast_to(x.shape).flatten()
     rank = keep.cast(dtypes.int32).cumsum(0)  # 1-based slot of each kept element
-    slots = creation._counter(x, size)
+    slots = core.int_range(x, size)
     hit = keep.logical_and(rank.unsqueeze(0).eq(slots.add(1).unsqueeze(1)))  # (size, numel)
     picked = hit.where(flat.unsqueeze(0), 0).sum(1)._cast_to(x.dtype)
     return slots.lt(keep.cast(dtypes.int32).sum()).where(picked, fill_value)._cast_to(x.dtype)
@@ -326,7 +326,7 @@ def _embedding_rows_uop(weight: Tensor, idx: Tensor, vocab: int) -> UOp:
     """The graph of `embedding_rows`, before autograd's part."""
     batch = idx.shape
     column = movement(idx.uop, Ops.RESHAPE, (*batch, 1))  # idx.unsqueeze(-1)
-    counter = creation._counter_uop(vocab, idx.device)  # Tensor.arange(vocab)
+    counter = core.int_range_uop(vocab, idx.device)  # Tensor.arange(vocab)
     counter = counter.cast(dtypes.default_int)
     dtype = idx.dtype if idx.dtype is counter.dtype else result_dtype(idx.dtype, counter.dtype)
     hit_shape = broadcast_shapes((*batch, 1), (vocab,))
@@ -338,7 +338,7 @@ def _embedding_rows_uop(weight: Tensor, idx: Tensor, vocab: int) -> UOp:
     shape = broadcast_shapes(hit.shape or (), weight.shape)
     chosen = UOp(Ops.WHERE, value_dtype, (broadcast_uop(hit, shape), broadcast_uop(values, shape),
                                           broadcast_uop(const_uop(value_dtype, 0.0, weight.shape), shape)))
-    # indexing._pick(chosen, (-2,)), then .cast(weight.dtype)
+    # indexing.one_hot_sum(chosen, (-2,)), then .cast(weight.dtype)
     axis = len(shape) - 2
     rows = UOp(Ops.REDUCE, value_dtype, (chosen,), (Ops.ADD, (axis,)))
     return movement(rows, Ops.RESHAPE, tuple(n for i, n in enumerate(shape) if i != axis)).cast(weight.dtype)
@@ -347,4 +347,4 @@ def _embedding_rows_uop(weight: Tensor, idx: Tensor, vocab: int) -> UOp:
 def _embedding_rows_by_tensors(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
     """`embedding_rows` op by op through Tensors: the reference its graph is tested against."""
     hit = idx.unsqueeze(-1).eq(creation.arange(type(idx), vocab, device=idx.device)).unsqueeze(-1)
-    return indexing._pick(hit.where(weight, 0.0), (-2,)).cast(weight.dtype)
+    return indexing.one_hot_sum(hit.where(weight, 0.0), (-2,)).cast(weight.dtype)

@@ -25,14 +25,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
 
-from plygrad.frontend import creation
+from plygrad.frontend import core
 from plygrad.frontend.errors import ArgumentValueError
-from plygrad.frontend.lazy import LazyTensor, buffer_view, is_tensor
-from plygrad.frontend.realize_state import STATE
+from plygrad.frontend.lazy import LazyTensor, is_tensor
 from plygrad.frontend.symbolic import is_sym
 from plygrad.ir import DType, DTypeError, DTypeKind, Ops, ShapeError, UOp, broadcast_shapes, dtypes
 from plygrad.ir.shape import dim_text, shape_text
-from plygrad.runtime import Buffer
 
 if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
@@ -43,12 +41,12 @@ AnyIndex: TypeAlias = "int | slice | EllipsisType | bool | LazyTensor | Sequence
 Basic: TypeAlias = "int | slice | None"
 
 
-def _along(ndim: int, axis: int, pair: tuple[int, int]) -> tuple[tuple[int, int] | None, ...]:
+def along_axis(ndim: int, axis: int, pair: tuple[int, int]) -> tuple[tuple[int, int] | None, ...]:
     """A pad/shrink argument touching only `axis`."""
     return tuple(pair if i == axis else None for i in range(ndim))
 
 
-def _index_dtype(dtype: DType) -> DType:
+def index_dtype(dtype: DType) -> DType:
     """Indices are compared in int32, or int64 when their dtype could hold values beyond int32."""
     wide = dtype.itemsize > 4 or (dtype.itemsize == 4 and dtype.kind is DTypeKind.UNSIGNED)
     return dtypes.int64 if wide else dtypes.int32
@@ -58,7 +56,7 @@ def _is_mask(item: LazyTensor | np.ndarray[Any, Any]) -> bool:
     return item.dtype.is_bool if isinstance(item, LazyTensor) else item.dtype.kind == "b"
 
 
-def _index_batch(indices: Sequence[LazyTensor]) -> tuple[int, ...]:
+def index_batch_shape(indices: Sequence[LazyTensor]) -> tuple[int, ...]:
     """The broadcast shape of the index tensors of one index (IndexError when they do not broadcast, like NumPy)."""
     try:
         return broadcast_shapes(*(i.shape for i in indices))
@@ -70,34 +68,8 @@ def _index_batch(indices: Sequence[LazyTensor]) -> tuple[int, ...]:
 Index: TypeAlias = "int | slice | EllipsisType | None"
 
 
-# ---- host data (the few ops whose result size depends on values) ----------------------------------------
-def _from_host(x: Tensor, array: np.ndarray[Any, Any], dtype: DType | None = None) -> Tensor:
-    """A tensor on this device holding `array` (staged on the host, copied in at the first realize). Integer
-    data defaults to int32 (int64 when a value needs it), like `nonzero`'s and `one_hot`'s results."""
-    if dtype is None:
-        wide = array.size and max(int(array.max()), -int(array.min()) - 1) >= 2**31
-        dtype = dtypes.int64 if wide else dtypes.int32
-    if dtype is dtypes.bfloat16:  # NumPy has no bfloat16: stage float32, CAST in the graph
-        return _from_host(x, array, dtypes.float32)._cast_to(dtype)
-    data = np.ascontiguousarray(array.astype(dtype.numpy_name, copy=False))
-    buf = Buffer(x.device, int(data.size), dtype)
-    STATE.stage(buf, data.tobytes())
-    return x._make(buffer_view(buf, tuple(data.shape)), x.device, (buf,))
-
-
-def _read_back(x: Tensor) -> np.ndarray[Any, Any]:
-    """This tensor's values on the host (realizing it)."""
-    return np.asarray(x.numpy())
-
-
-def _mine(x: Tensor, other: LazyTensor) -> Tensor:
-    """`other` typed as this tensor's class (every tensor of a program is one class, the Tensor)."""
-    assert isinstance(other, type(x)), f"expected a {type(x).__name__}, got {type(other).__name__}"
-    return other
-
-
 # ---- index tensors ---------------------------------------------------------------------------------------
-def _as_index(x: Tensor, index: LazyTensor, size: int, op: str) -> Tensor:
+def as_index(x: Tensor, index: LazyTensor, size: int, op: str) -> Tensor:
     """`index` checked to hold integers, widened to int32/int64 and with negative values wrapped once."""
     if not is_tensor(index):
         raise TypeError(f"{op}: the index must be a Tensor, got {type(index).__name__}")
@@ -107,7 +79,7 @@ def _as_index(x: Tensor, index: LazyTensor, size: int, op: str) -> Tensor:
     if index.dtype.is_float or index.dtype.is_bool:
         raise DTypeError(f"{op}: index tensors must have an integer dtype, got {index.dtype} "
                          f"(index shape {index.shape}); cast it with .cast(dtypes.int32)")
-    idx = _mine(x, index._cast_to(_index_dtype(index.dtype)))
+    idx = core.typed_like(x, index._cast_to(index_dtype(index.dtype)))
     if index.dtype.kind is DTypeKind.UNSIGNED:
         return idx
     return idx.lt(0).where(idx.add(size), idx)
@@ -116,20 +88,20 @@ def _as_index(x: Tensor, index: LazyTensor, size: int, op: str) -> Tensor:
 def _one_hot_mask(x: Tensor, axes: Sequence[int], indices: Sequence[Tensor]) -> tuple[tuple[int, ...], Tensor]:
     """The broadcast index shape B and the bool mask of shape B + N (N: the sizes of `axes`) that is true where
     every index of a batch position equals that position's coordinates along the indexed axes."""
-    batch = _index_batch(indices)
+    batch = index_batch_shape(indices)
     sizes = tuple(x.shape[a] for a in axes)
     k = len(sizes)
     mask: Tensor | None = None
     for j, (n, idx) in enumerate(zip(sizes, indices, strict=True)):
         column = idx._broadcast_to(batch).reshape(*batch, *(1,) * k)
-        positions = creation._counter(x, n).reshape(*(1,) * len(batch), *(n if i == j else 1 for i in range(k)))
+        positions = core.int_range(x, n).reshape(*(1,) * len(batch), *(n if i == j else 1 for i in range(k)))
         hit = column.eq(positions)
         mask = hit if mask is None else mask.logical_and(hit)
     assert mask is not None
     return batch, mask._broadcast_to((*batch, *sizes))
 
 
-def _pick(x: Tensor, axes: tuple[int, ...]) -> Tensor:
+def one_hot_sum(x: Tensor, axes: tuple[int, ...]) -> Tensor:
     """The sum over `axes` of a one-hot selection (`mask.where(values, 0)` with at most one true mask element
     along them): a plain REDUCE in the values' own dtype (OR for bool), exact since every other term is zero,
     so it is neither blocked nor widened like `sum` (reduce.py). Codegen turns such a REDUCE over an
@@ -140,7 +112,7 @@ def _pick(x: Tensor, axes: tuple[int, ...]) -> Tensor:
     return reduced.reshape(tuple(n for i, n in enumerate(x.shape) if i not in kept))
 
 
-def _result_order(n_rest: int, n_batch: int, place: int | None) -> list[int]:
+def result_order(n_rest: int, n_batch: int, place: int | None) -> list[int]:
     """Where the index dimensions B go among the other axes R of an indexed result (R + B order in, the
     result's order out): at `place` when the tensor indices sat side by side, else (None) in front."""
     rest, batch = list(range(n_rest)), list(range(n_rest, n_rest + n_batch))
@@ -156,15 +128,15 @@ def _gather_axes(x: Tensor, axes: Sequence[int], indices: Sequence[Tensor], plac
     r_shape = tuple(x.shape[a] for a in rest)
     sizes = tuple(x.shape[a] for a in axes)
     full = (*r_shape, *batch, *sizes)
-    order = _result_order(len(rest), len(batch), place)
+    order = result_order(len(rest), len(batch), place)
     order += list(range(len(full) - len(sizes), len(full)))
     values = x.permute(*rest, *axes).reshape(*r_shape, *(1,) * len(batch), *sizes)._broadcast_to(full)
     hit = mask.reshape(*(1,) * len(rest), *batch, *sizes)._broadcast_to(full)
     chosen = hit.permute(*order).where(values.permute(*order), 0)
-    return _pick(chosen, tuple(range(len(full) - len(sizes), len(full))))._cast_to(x.dtype)
+    return one_hot_sum(chosen, tuple(range(len(full) - len(sizes), len(full))))._cast_to(x.dtype)
 
 
-def _scatter_axes(x: Tensor, axes: Sequence[int], indices: Sequence[Tensor], value: Tensor) -> Tensor:
+def scatter_axes(x: Tensor, axes: Sequence[int], indices: Sequence[Tensor], value: Tensor) -> Tensor:
     """`self` with `value` (in R + B order: the axes not indexed, then the indices' broadcast shape) written at
     the index positions along `axes`. Where several batch positions name one element the last one wins
     (PyTorch leaves that case undefined). Everything is laid out as self's axes + B, so each REDUCE (over B,
@@ -176,13 +148,13 @@ def _scatter_axes(x: Tensor, axes: Sequence[int], indices: Sequence[Tensor], val
     in_place = tuple(x.shape[a] if a in axes else 1 for a in range(k))  # N at the indexed axes, 1 elsewhere
     mask = mask.permute(*range(nb, nb + len(axes)), *range(nb)).reshape(*in_place, *batch)
     full = (*x.shape, *batch)
-    order = creation._counter(x, math.prod(batch)).reshape(*(1,) * k, *batch)._broadcast_to(mask.shape)
+    order = core.int_range(x, math.prod(batch)).reshape(*(1,) * k, *batch)._broadcast_to(mask.shape)
     b_axes = tuple(range(k, k + nb))
     winner = mask.where(order, -1).max(b_axes, keepdim=True)  # the last batch position naming each element
     chosen = mask.logical_and(order.eq(winner._broadcast_to(mask.shape)))._broadcast_to(full)
     lifted = value._cast_to(x.dtype).reshape(*(1 if a in axes else n for a, n in enumerate(x.shape)),
                                                  *batch)._broadcast_to(full)
-    written = _pick(chosen.where(lifted, 0), b_axes)._cast_to(x.dtype)
+    written = one_hot_sum(chosen.where(lifted, 0), b_axes)._cast_to(x.dtype)
     hit = winner.reshape(in_place).ge(0)._broadcast_to(x.shape)
     return hit.where(written, x)
 
@@ -217,7 +189,7 @@ def _index_item(x: Tensor, item: Any) -> Any:
                      "..., integer or bool tensors, or lists of them")
 
 
-def _parse_index(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...]) -> tuple[list[Basic], dict[int, Tensor]]:
+def parse_index(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...]) -> tuple[list[Basic], dict[int, Tensor]]:
     """Split an index into basic items (ints, slices, None: `...` expanded, every axis covered) and the tensor
     indices, keyed by the position of the full slice (or new axis) that stands for each among the basic items.
     A bool mask becomes one integer index per axis it covers: its true positions, read back (the result's
@@ -244,7 +216,7 @@ def _parse_index(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...]) -> tuple[lis
     axis = 0
     for item in items:
         if isinstance(item, bool):  # PyTorch reads it as a 0-d mask: a new axis of size 1, kept or emptied
-            tensors[len(basic)] = _from_host(x, np.zeros((1 if item else 0,), np.int32))
+            tensors[len(basic)] = core.from_host(x, np.zeros((1 if item else 0,), np.int32))
             basic.append(None)
         elif isinstance(item, (LazyTensor, np.ndarray)) and _is_mask(item):
             for positions in _mask_positions(x, item, axis):
@@ -257,11 +229,11 @@ def _parse_index(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...]) -> tuple[lis
             if bad.size:
                 raise IndexError(f"index {int(bad.flat[0])} is out of bounds for axis {axis} with size {n} "
                                  f"(tensor of shape {x.shape})")
-            tensors[len(basic)] = _from_host(x, item)
+            tensors[len(basic)] = core.from_host(x, item)
             basic.append(slice(None))
             axis += 1
         elif isinstance(item, LazyTensor):
-            tensors[len(basic)] = _mine(x, item)
+            tensors[len(basic)] = core.typed_like(x, item)
             basic.append(slice(None))
             axis += 1
         else:
@@ -276,24 +248,24 @@ def _mask_positions(x: Tensor, mask: LazyTensor | np.ndarray[Any, Any], axis: in
     if tuple(mask.shape) != covered:
         raise IndexError(f"the shape of the mask {tuple(mask.shape)} does not match the shape {covered} of the "
                          f"indexed axes {axis}..{axis + mask.ndim - 1} (tensor of shape {x.shape})")
-    values = mask if isinstance(mask, np.ndarray) else _read_back(_mine(x, mask))
+    values = mask if isinstance(mask, np.ndarray) else core.read_back(core.typed_like(x, mask))
     if mask.ndim == 0:
-        return [_from_host(x, np.zeros((1 if bool(values) else 0,), np.int32))]
-    return [_from_host(x, np.asarray(p)) for p in np.nonzero(values)]
+        return [core.from_host(x, np.zeros((1 if bool(values) else 0,), np.int32))]
+    return [core.from_host(x, np.asarray(p)) for p in np.nonzero(values)]
 
 
-def _basic_view(x: Tensor, basic: list[Basic], tensors: dict[int, Tensor]) -> tuple[Tensor, list[int], list[Tensor]]:
+def basic_view(x: Tensor, basic: list[Basic], tensors: dict[int, Tensor]) -> tuple[Tensor, list[int], list[Tensor]]:
     """The view the basic items select (movement.py's basic indexing) and, for each tensor index, the axis of that
     view it applies to."""
     view = _basic_getitem(x, tuple(basic))
     kept = [i for i, item in enumerate(basic) if not isinstance(item, int)]
     axes = [kept.index(position) for position in sorted(tensors)]
     sizes = [view.shape[a] for a in axes]
-    indices = [_as_index(view, tensors[p], n, "indexing") for p, n in zip(sorted(tensors), sizes, strict=True)]
+    indices = [as_index(view, tensors[p], n, "indexing") for p, n in zip(sorted(tensors), sizes, strict=True)]
     return view, axes, indices
 
 
-def _batch_position(axes: Sequence[int]) -> int | None:
+def batch_position(axes: Sequence[int]) -> int | None:
     """Where the index dimensions go: at the first indexed axis when the tensor indices sit side by side,
     else (None) in front (NumPy's and PyTorch's rule; ints do not separate them in PyTorch)."""
     return axes[0] if axes[-1] - axes[0] == len(axes) - 1 else None
@@ -330,7 +302,7 @@ def _basic_getitem(t: Tensor, index: Index | tuple[Index, ...]) -> Tensor:
             axis += 1
             continue
         if isinstance(item, slice) and symbolic_slice(item):
-            x = x.shrink(_along(x.ndim, axis, symbolic_bounds(item, n, t.shape)))
+            x = x.shrink(along_axis(x.ndim, axis, symbolic_bounds(item, n, t.shape)))
             final.append(x.shape[axis])
         elif isinstance(item, int):
             if not -n <= item < n:
@@ -392,10 +364,8 @@ def getitem(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...]) -> Tensor:
     if all(item is None or item is Ellipsis or (isinstance(item, (int, slice)) and not isinstance(item, bool))
            for item in items):
         return _basic_getitem(x, cast(Any, index))
-    basic, tensors = _parse_index(x, index)
-    view, axes, indices = _basic_view(x, basic, tensors)
+    basic, tensors = parse_index(x, index)
+    view, axes, indices = basic_view(x, basic, tensors)
     if not axes:
         return view
-    return _gather_axes(view, axes, indices, _batch_position(axes))
-
-
+    return _gather_axes(view, axes, indices, batch_position(axes))

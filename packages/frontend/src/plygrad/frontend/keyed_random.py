@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import elementwise
+from plygrad.frontend import core
 from plygrad.ir import DTypeError, Ops, ShapeError, dtypes
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def _threefry_words(key: Tensor, low: Tensor, high: Tensor) -> Tensor:
     wide = dtypes.uint64
     counters = high.cast(wide).lshift(32).bitwise_or(low.cast(wide))
     key64 = key[1:2].cast(wide).lshift(32).bitwise_or(key[0:1].cast(wide))._broadcast_to(counters.shape)
-    hashed = elementwise._alu(counters, Ops.THREEFRY, key64)
+    hashed = core.alu(counters, Ops.THREEFRY, key64)
     return hashed.cast(dtypes.uint32).cat(hashed.rshift(32).cast(dtypes.uint32))
 
 

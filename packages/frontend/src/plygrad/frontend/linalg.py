@@ -1,27 +1,9 @@
 """Matrix decompositions built from tensor ops: Householder QR, one-sided Jacobi SVD, Newton-Schulz iteration.
 
-Everything here is an ordinary lazy graph of matmuls, reductions and elementwise ops, so it runs on every backend,
-batches over leading axes (`(..., m, n)`), fuses like any other graph and is differentiable by autograd. The price
-is a fixed amount of work: there are no data-dependent loops (no convergence test that reads values back), so the
-number of Householder steps and Jacobi sweeps is chosen from the shape alone, as tinygrad does.
-
-QR (`Tensor.qr`, tinygrad's semantics): the *complete* factorization, `Q` of shape (..., m, m) orthogonal and `R` of
-shape (..., m, n) upper triangular, `A = Q @ R`. Step k reflects column k below the diagonal onto the axis with the
-Householder vector `v = x + sign(x_k) |x| e_k` (the sign that avoids cancellation, as LAPACK); a column that is
-already zero below the diagonal is left alone. Signs follow LAPACK's convention for a full-rank input (the diagonal
-of R has the opposite sign of the pivot), but callers should compare factorizations up to the sign of each column.
-
-SVD (`Tensor.svd`): `A = U @ diag(S) @ Vh` with S descending. For m >= n the input is first reduced by QR to the
-n x n triangle R, and R's columns are orthogonalized by one-sided (Hestenes) Jacobi rotations: each rotation makes
-one pair of columns orthogonal, and the pairs of one round are disjoint (the round-robin tournament order), so a
-whole round is one batched update. After the sweeps, the column norms are the singular values, the normalized
-columns the left vectors and the accumulated rotations the right vectors. A wide input (m < n) is decomposed
-transposed. Columns of a rank-deficient input whose singular value is 0 come back as zero vectors in U (tinygrad
-does the same); the reconstruction `U @ diag(S) @ Vh` is still exact.
-
-Newton-Schulz (`Tensor.newton_schulz`): the odd-polynomial iteration `G <- sum_i p_i (G G^Tensor)^i G` from a
-Frobenius-normalized start, which drives the singular values of G towards 1 (the orthogonalization used by the Muon
-optimizer).
+Everything here is an ordinary lazy graph of matmuls, reductions and elementwise ops: it runs on every backend,
+batches over leading axes (`(..., m, n)`), fuses like any other graph and is differentiable by autograd. The work
+is fixed by the shape alone (no convergence test reads values back), as in tinygrad. How each decomposition is
+built: docs/frontend.md, "How the decompositions work".
 """
 
 from __future__ import annotations
@@ -31,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from plygrad.frontend import creation, elementwise, indexing
+from plygrad.frontend import core
 from plygrad.ir import ShapeError
 
 if TYPE_CHECKING:
@@ -49,7 +31,7 @@ def _matrix_shape(x: Tensor, op: str) -> tuple[tuple[int, ...], int, int]:
 
 
 def _float_input(x: Tensor) -> Tensor:
-    return elementwise._float_input(x)
+    return core.float_input(x)
 
 
 def _eye(x: Tensor, n: int, batch: tuple[int, ...]) -> Tensor:
@@ -63,7 +45,7 @@ def qr(x: Tensor) -> tuple[Tensor, Tensor]:
     a = _float_input(x)
     batch, m, n = _matrix_shape(a, "qr")
     r, q = a, _eye(a, m, batch)
-    rows = creation._counter(a, m)
+    rows = core.int_range(a, m)
     for k in range(min(m - 1, n)):
         below = rows.ge(k)
         column = below.where(r[..., k], 0.0)  # (..., m): column k from the diagonal down
@@ -102,7 +84,7 @@ def _selectors(x: Tensor, n: int, pairs: Sequence[tuple[int, int]]) -> tuple[Ten
     for i, (a, b) in enumerate(pairs):
         first[a, i], second[b, i] = 1.0, 1.0
         keep[a, a] = keep[b, b] = 0.0
-    as_tensor = (indexing._from_host(x, m, x.dtype) for m in (first, second, keep))
+    as_tensor = (core.from_host(x, m, x.dtype) for m in (first, second, keep))
     sel_a, sel_b, kept = as_tensor
     return sel_a, sel_b, kept
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 _ELLIPSIS_LABELS = "".join(chr(0x3B1 + i) for i in range(24))
 
 
-def _accumulate_dtype(dtype: DType) -> DType:
+def accumulate_dtype(dtype: DType) -> DType:
     """Half-precision products are summed in float32 (as PyTorch's CPU kernels do) and rounded once at the end."""
     return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
 
@@ -160,7 +160,7 @@ def einsum(formula: str, *operands: Tensor | Sequence[Tensor], dtype: DTypeLike 
     summed = "".join(dict.fromkeys(c for _, labels in labelled for c in labels if c not in out))
     order = out + summed
     dt = to_dtype(dtype) if dtype is not None else functools.reduce(result_dtype, (x.dtype for x, _ in labelled))
-    acc = _accumulate_dtype(dt)
+    acc = accumulate_dtype(dt)
     aligned = [x._cast_to(acc).permute(sorted(range(x.ndim), key=lambda a: order.index(labels[a])))
                .reshape(tuple(sizes[c] if c in labels and x.shape[labels.index(c)] != 1 else 1 for c in order))
                for x, labels in labelled]

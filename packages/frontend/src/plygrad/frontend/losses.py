@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from plygrad.frontend import creation, elementwise
+from plygrad.frontend import core
 from plygrad.ir import DTypeError, ShapeError
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def _class_loss(x: Tensor, target: Tensor, *, axis: int, weight: Tensor | None, 
         raise ShapeError(f"{op}: class-index target of shape {target.shape} and dtype {target.dtype} should be "
                          f"integers of shape {labels_shape} (the input's {x.shape} without the class axis "
                          f"{axis})")
-    hot = creation._counter(x, classes).reshape(class_shape).eq(target.unsqueeze(axis))
+    hot = core.int_range(x, classes).reshape(class_shape).eq(target.unsqueeze(axis))
     weighted = x if per_class is None else x.mul(per_class)
     loss = hot.where(weighted, 0.0).sum(axis).neg()
     if smoothing:
@@ -130,7 +130,7 @@ def binary_crossentropy(t: Tensor, Y: Tensor, reduction: Reduction = "mean") -> 
     _check_reduction(reduction, "binary_crossentropy")
     if Y.shape != t.shape:
         raise ShapeError(f"binary_crossentropy: target of shape {Y.shape} should match the input's {t.shape}")
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     y = Y._cast_to(x.dtype)
     log_p = x.log().maximum(-100.0)
     log_q = x.sub(1.0, reverse=True).log().maximum(-100.0)
@@ -145,7 +145,7 @@ def binary_crossentropy_logits(t: Tensor, Y: Tensor, reduction: Reduction = "mea
     if Y.shape != t.shape:
         raise ShapeError(f"binary_crossentropy_logits: target of shape {Y.shape} should match the input's "
                          f"{t.shape}")
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     y = Y._cast_to(x.dtype)
     softplus_neg = x.abs().neg().exp().add(1.0).log().add(x.neg().relu())
     if pos_weight is not None:

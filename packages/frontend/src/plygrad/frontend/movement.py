@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, TypeAlias
 
-from plygrad.frontend import elementwise
+from plygrad.frontend import core
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import LazyTensor, Scalar, movement
 from plygrad.frontend.symbolic import bound_shape, bound_value, check_size, is_sym
@@ -37,7 +37,7 @@ def _dims(shape: tuple[int, ...] | tuple[Sequence[int]]) -> tuple[int, ...]:
     return tuple(shape)  # type: ignore[arg-type]
 
 
-def _per_axis(value: int | Sequence[int], count: int, what: str, op: str) -> tuple[int, ...]:
+def ints_per_axis(value: int | Sequence[int], count: int, what: str, op: str) -> tuple[int, ...]:
     """An int or one int per axis, as `count` ints >= 1."""
     values = (value,) * count if isinstance(value, int) else tuple(value)
     if len(values) != count or any(type(v) is not int or v < 1 for v in values):
@@ -146,18 +146,18 @@ def pad(t: Tensor, padding: Sequence[Pad] | Sequence[int], mode: str = "constant
     if mode != "constant" and any(is_sym(v) for p in pairs for v in p):
         raise ArgumentValueError(f"pad: symbolic amounts need mode 'constant', got {mode!r}")
     if mode == "constant":
-        zeros = _pad_zeros(t, pairs)
+        zeros = pad_zeros(t, pairs)
         if (value == 0 and math.copysign(1.0, value) > 0) or all(not is_sym(b) and not is_sym(a) and b <= 0
                                                                  and a <= 0 for b, a in pairs):
             return zeros
-        inside = _pad_zeros(t._const(True, dtypes.bool), pairs)
+        inside = pad_zeros(t._const(True, dtypes.bool), pairs)
         return inside.where(zeros, value)._cast_to(t.dtype)
     cut = tuple((min(b, 0), min(a, 0)) for b, a in pairs)
-    x = _pad_zeros(t, cut) if mode == "circular" else t
+    x = pad_zeros(t, cut) if mode == "circular" else t
     for axis, (before, after) in enumerate(pairs):
         if before > 0 or after > 0:
             x = _pad_axis(x, axis, max(before, 0), max(after, 0), mode)
-    return _pad_zeros(x, cut) if mode != "circular" else x
+    return pad_zeros(x, cut) if mode != "circular" else x
 
 
 def _pad_pairs(x: Tensor, padding: Sequence[Pad] | Sequence[int]) -> tuple[tuple[int, int], ...]:
@@ -177,7 +177,7 @@ def _pad_pairs(x: Tensor, padding: Sequence[Pad] | Sequence[int]) -> tuple[tuple
     return tuple((0, 0) if p is None else (_amount(p[0]), _amount(p[1])) for p in items)  # type: ignore[index]
 
 
-def _pad_zeros(t: Tensor, pairs: tuple[tuple[int, int], ...]) -> Tensor:
+def pad_zeros(t: Tensor, pairs: tuple[tuple[int, int], ...]) -> Tensor:
     """Zero padding (one pair per axis), negative amounts cutting: a SHRINK then a PAD."""
     if any(is_sym(v) for p in pairs for v in p):
         if any(bound_value(v) < 0 for p in pairs for v in p):
@@ -204,18 +204,18 @@ def _pad_axis(x: Tensor, axis: int, before: int, after: int, mode: str) -> Tenso
     if mode == "replicate" and n == 0:
         raise ArgumentValueError(f"{where}: an empty axis has no edge to replicate")
     if mode == "circular":  # three copies side by side, cut around the middle one: a view
-        return _narrow(x.repeat(*(3 if i == axis else 1 for i in range(x.ndim))), axis, n - before,
-                                                                                       2 * n + after)
+        return narrow_axis(x.repeat(*(3 if i == axis else 1 for i in range(x.ndim))), axis, n - before,
+                                                                                      2 * n + after)
     if mode == "reflect":
-        left, right = _narrow(x, axis, 1, before + 1), _narrow(x, axis, n - 1 - after, n - 1)
+        left, right = narrow_axis(x, axis, 1, before + 1), narrow_axis(x, axis, n - 1 - after, n - 1)
         left, right = left.flip(axis), right.flip(axis)
     else:
-        left = _narrow(x, axis, 0, 1).expand(*(before if i == axis else -1 for i in range(x.ndim)))
-        right = _narrow(x, axis, n - 1, n).expand(*(after if i == axis else -1 for i in range(x.ndim)))
+        left = narrow_axis(x, axis, 0, 1).expand(*(before if i == axis else -1 for i in range(x.ndim)))
+        right = narrow_axis(x, axis, n - 1, n).expand(*(after if i == axis else -1 for i in range(x.ndim)))
     return left.cat(x, right, dim=axis)
 
 
-def _narrow(x: Tensor, axis: int, start: int, end: int) -> Tensor:
+def narrow_axis(x: Tensor, axis: int, start: int, end: int) -> Tensor:
     """Elements start..end-1 of one axis (a SHRINK)."""
     return x.shrink(tuple((start, end) if i == axis else None for i in range(x.ndim)))
 
@@ -346,7 +346,7 @@ def roll(t: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | Non
         if n == 0 or shift % n == 0:
             continue
         s = shift % n
-        x = _narrow(x.repeat(*(2 if i == axis else 1 for i in range(x.ndim))), axis, n - s, 2 * n - s)
+        x = narrow_axis(x.repeat(*(2 if i == axis else 1 for i in range(x.ndim))), axis, n - s, 2 * n - s)
     return x
 
 
@@ -375,9 +375,9 @@ def cat(x: Tensor, *others: Tensor, dim: int = 0) -> Tensor:
         n = t.shape[axis]
         if n == 0 and result is not None:
             continue
-        piece = _pad_zeros(t._cast_to(dt), tuple((start, total - start - n) if i == axis else (0, 0)
+        piece = pad_zeros(t._cast_to(dt), tuple((start, total - start - n) if i == axis else (0, 0)
                                                 for i in range(x.ndim)))
-        result = piece if result is None else elementwise._alu(result, Ops.OR if dt.is_bool else Ops.ADD, piece)
+        result = piece if result is None else core.alu(result, Ops.OR if dt.is_bool else Ops.ADD, piece)
         start += n
     assert result is not None
     return result
@@ -410,7 +410,7 @@ def split(x: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, 
             raise ShapeError(f"split of shape {x.shape}: sizes {tuple(lengths)} must be ints >= 0 adding up "
                              f"to the size {n} of axis {dim}")
     starts = [sum(lengths[:i]) for i in range(len(lengths))]
-    return tuple(_narrow(x, axis, s, s + length) for s, length in zip(starts, lengths, strict=True))
+    return tuple(narrow_axis(x, axis, s, s + length) for s, length in zip(starts, lengths, strict=True))
 
 
 def chunk(x: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
@@ -452,7 +452,7 @@ def diag(x: Tensor) -> Tensor:
         raise ShapeError(f"diag of shape {x.shape}: needs a 1-D tensor (or a matrix)")
     n = x.shape[0]
     # rows (x_i, 0 x n) laid end to end put x_i at i*(n+1): the diagonal of the first n*n elements
-    flat = _pad_zeros(x.reshape(n, 1), ((0, 0), (0, n))).flatten()
+    flat = pad_zeros(x.reshape(n, 1), ((0, 0), (0, n))).flatten()
     return flat.shrink(((0, n * n),)).reshape(n, n)
 
 
@@ -471,8 +471,8 @@ def diagonal(t: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor
     x = x.shrink((*(None,) * len(rest), (r0, r0 + length), (c0, c0 + length)))
     lead = x.shape[:-2]
     # the length x length square flattened and re-cut into rows of length+1: column 0 is the diagonal
-    x = _pad_zeros(x.reshape(*lead, length * length), (*((0, 0),) * len(lead), (0, length)))
-    return _narrow(x.reshape(*lead, length, length + 1), len(lead) + 1, 0, 1).reshape(*lead, length)
+    x = pad_zeros(x.reshape(*lead, length * length), (*((0, 0),) * len(lead), (0, length)))
+    return narrow_axis(x.reshape(*lead, length, length + 1), len(lead) + 1, 0, 1).reshape(*lead, length)
 
 
 # ---- movement -----------------------------------------------------------------------------------------------

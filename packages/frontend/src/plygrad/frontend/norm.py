@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import elementwise
+from plygrad.frontend import core
 from plygrad.frontend.composite import composite
 from plygrad.frontend.reduce import shifted_mean
 from plygrad.ir import ShapeError, broadcast_shapes, dtypes
@@ -26,7 +26,7 @@ def layernorm(t: Tensor, axis: int | Sequence[int] = -1, eps: float = 1e-5) -> T
 
     The mean is taken of x minus a detached element of each row (reduce.shifted_mean): rows far from 0 are
     centred as accurately as PyTorch's."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in (dtypes.float16, dtypes.bfloat16) else x  # as PyTorch
     centred = wide.sub(shifted_mean(wide, wide._axes(axis, "layernorm")))
     return centred.mul(centred.square().mean(axis, keepdim=True).add(eps).rsqrt())._cast_to(x.dtype)
@@ -59,7 +59,7 @@ def batchnorm(tensor: Tensor, weight: Tensor | None, bias: Tensor | None, mean: 
 
 def normalize(t: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """`F.normalize`: x / max(|x|_p, eps) along `dim` (p = inf is the largest magnitude)."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     magnitude = x.abs()
     if p == math.inf:
         norm = magnitude.max(dim, keepdim=True)

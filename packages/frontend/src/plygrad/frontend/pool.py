@@ -1,4 +1,4 @@
-"""Sliding windows and pooling: the window view `_pool` (movement ops only, no im2col copy), `unfold`, max and
+"""Sliding windows and pooling: the window view `sliding_windows` (movement ops only, no im2col copy), `unfold`, max and
 average pooling (PyTorch's ceil-mode windows), and max_unpool2d.
 
 A window view of shape (..., out_1, ..., out_k, k_1, ..., k_k) is what convolutions and pooling reduce over; the
@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypeAlias, overload
 
-from plygrad.frontend import creation, elementwise, indexing, movement
+from plygrad.frontend import core, movement
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import stop_gradient
 from plygrad.ir import ShapeError, dtypes
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 Padding: TypeAlias = int | Sequence[int] | str
 
 
-def _per_axis(value: int | Sequence[int], n: int, name: str, op: str) -> tuple[int, ...]:
+def per_spatial_axis(value: int | Sequence[int], n: int, name: str, op: str) -> tuple[int, ...]:
     """An int for every spatial axis, or exactly one int per axis."""
     values = (value,) * n if isinstance(value, int) else tuple(value)
     if len(values) != n or any(type(v) is not int for v in values):
@@ -33,7 +33,7 @@ def _per_axis(value: int | Sequence[int], n: int, name: str, op: str) -> tuple[i
     return values
 
 
-def _explicit_padding(padding: int | Sequence[int], n: int, op: str) -> tuple[tuple[int, int], ...]:
+def explicit_padding(padding: int | Sequence[int], n: int, op: str) -> tuple[tuple[int, int], ...]:
     """`(before, after)` per spatial axis from an int, one int per axis (both sides), or 2n ints in PyTorch's
     `F.pad` order `(left, right, top, bottom, ...)`, which starts from the last axis (tinygrad's convention)."""
     if isinstance(padding, int):
@@ -49,12 +49,12 @@ def _explicit_padding(padding: int | Sequence[int], n: int, op: str) -> tuple[tu
                              "(left, right, top, bottom, ... starting from the last axis)")
 
 
-def _conv_padding(padding: Padding, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
-                  op: str) -> tuple[tuple[int, int], ...]:
+def conv_padding(padding: Padding, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...],
+                 op: str) -> tuple[tuple[int, int], ...]:
     """Explicit padding, or PyTorch's 'valid' (none) and 'same' (output size = input size; an odd total puts the
     extra element after, as PyTorch does)."""
     if not isinstance(padding, str):
-        return _explicit_padding(padding, len(kernel), op)
+        return explicit_padding(padding, len(kernel), op)
     if padding == "valid":
         return ((0, 0),) * len(kernel)
     if padding == "same":
@@ -67,7 +67,7 @@ def _conv_padding(padding: Padding, kernel: tuple[int, ...], stride: tuple[int, 
 
 def unfold(x: Tensor, dim: int, size: int, step: int) -> Tensor:
     """PyTorch's `Tensor.unfold`: axis `dim` replaced by the windows' count, the window (`size` elements,
-    `step` apart) appended as the last axis. A view built by `_pool`."""
+    `step` apart) appended as the last axis. A view built by `sliding_windows`."""
     axis = x._axis(dim, "unfold")
     n = x.shape[axis] if x.ndim else 1
     if type(size) is not int or type(step) is not int or size < 0 or step < 1 or size > n:
@@ -77,16 +77,16 @@ def unfold(x: Tensor, dim: int, size: int, step: int) -> Tensor:
         return x.reshape(1)
     count = (n - size) // step + 1
     if size == 0:
-        empty = movement._narrow(x.flatten(), 0, 0, 0)
+        empty = movement.narrow_axis(x.flatten(), 0, 0, 0)
         return empty.reshape(*x.shape[:axis], count, *x.shape[axis + 1:], 0)
     last = x.ndim - 1
     moved = x.transpose(axis, last) if axis != last else x
-    windows = _pool(moved, (size,), step)  # (..., count, size) with the axis last
+    windows = sliding_windows(moved, (size,), step)  # (..., count, size) with the axis last
     return windows.transpose(axis, last) if axis != last else windows
 
 
-def _pool(t: Tensor, k_: tuple[int, ...], stride: int | tuple[int, ...] = 1,
-          dilation: int | tuple[int, ...] = 1) -> Tensor:
+def sliding_windows(t: Tensor, k_: tuple[int, ...], stride: int | tuple[int, ...] = 1,
+                    dilation: int | tuple[int, ...] = 1) -> Tensor:
     """The sliding windows of the last `len(k_)` axes as a view of shape `(*batch, *out, *k_)`.
 
     Element `[..., o, j]` is `x[..., o*stride + j*dilation]`, and `out = (n - dilation*(k-1) - 1)//stride + 1`.
@@ -94,12 +94,12 @@ def _pool(t: Tensor, k_: tuple[int, ...], stride: int | tuple[int, ...] = 1,
     Each axis is done by `_window_axis`; the per-axis `(k, out)` pairs are then permuted into place."""
     dims = len(k_)
     if dims > t.ndim or dims == 0:
-        raise ShapeError(f"_pool: {dims} window sizes {k_} for a tensor of shape {t.shape}: need between 1 "
+        raise ShapeError(f"sliding_windows: {dims} window sizes {k_} for a tensor of shape {t.shape}: need between 1 "
                          f"and {t.ndim} spatial axes")
-    strides = movement._per_axis(stride, dims, "stride", "_pool")
-    dilations = movement._per_axis(dilation, dims, "dilation", "_pool")
+    strides = movement.ints_per_axis(stride, dims, "stride", "sliding_windows")
+    dilations = movement.ints_per_axis(dilation, dims, "dilation", "sliding_windows")
     if any(type(k) is not int or k < 1 for k in k_):
-        raise ShapeError(f"_pool: window sizes {k_} must be ints >= 1")
+        raise ShapeError(f"sliding_windows: window sizes {k_} must be ints >= 1")
     batch = t.ndim - dims
     x = t
     for i, (k, s, d) in enumerate(zip(k_, strides, dilations, strict=True)):
@@ -118,8 +118,8 @@ def _window_axis(t: Tensor, axis: int, k: int, s: int, d: int) -> Tensor:
     n = t.shape[axis]
     out = (n - d * (k - 1) - 1) // s + 1
     if out < 0 or (out == 0 and n != 0):
-        raise ShapeError(f"_pool: window {k} with dilation {d} ({d * (k - 1) + 1} elements) does not fit axis "
-                         f"{axis} of size {n} (tensor of shape {t.shape}); use a smaller window or pad first")
+        raise ShapeError(f"sliding_windows: window {k} with dilation {d} ({d * (k - 1) + 1} elements) does not fit "
+                         f"axis {axis} of size {n} (tensor of shape {t.shape}); use a smaller window or pad first")
     out = max(out, 0)
     pre, post = t.shape[:axis], t.shape[axis + 1:]
     m = d * (k - 1) + out * s
@@ -143,15 +143,15 @@ def _pool_windows(x: Tensor, kernel_size: int | Sequence[int], stride: int | Seq
 
     PyTorch's ceil mode: out = ceil((n + pads - reach) / stride) + 1, less one when the last window would
     start past the input (in the right padding); the windows that run over the end read padding."""
-    kernel = _per_axis(kernel_size, default_rank, "kernel_size", op) if isinstance(kernel_size, int) \
+    kernel = per_spatial_axis(kernel_size, default_rank, "kernel_size", op) if isinstance(kernel_size, int) \
         else tuple(kernel_size)
     spatial = len(kernel)
     if spatial == 0 or spatial > x.ndim or any(type(k) is not int or k < 1 for k in kernel):
         raise ShapeError(f"{op}: kernel_size {kernel_size!r} must be ints >= 1, at most one per axis of the input "
                          f"of shape {x.shape}")
-    strides = kernel if stride is None else _per_axis(stride, spatial, "stride", op)
-    dilations = _per_axis(dilation, spatial, "dilation", op)
-    pads = _explicit_padding(padding, spatial, op)
+    strides = kernel if stride is None else per_spatial_axis(stride, spatial, "stride", op)
+    dilations = per_spatial_axis(dilation, spatial, "dilation", op)
+    pads = explicit_padding(padding, spatial, op)
     full = []
     for axis, (n, k, s, d, (before, after)) in enumerate(
             zip(x.shape[-spatial:], kernel, strides, dilations, pads, strict=True)):
@@ -194,14 +194,14 @@ def max_pool2d(x: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int
     grow = ((0, 0),) * (x.ndim - spatial) + pads
     padded = x.pad(grow, value=lowest) if any(b or a for b, a in pads) else x
     window_axes = tuple(range(-spatial, 0))
-    windows = _pool(padded, kernel, strides, dilations)
+    windows = sliding_windows(padded, kernel, strides, dilations)
     best = windows.max(window_axes)
     if not return_indices:
         return best
     dims = x.shape[-spatial:]
-    where = creation._counter(x, math.prod(dims)).reshape(dims)
+    where = core.int_range(x, math.prod(dims)).reshape(dims)
     where = where.pad(pads, value=math.prod(dims)) if any(b or a for b, a in pads) else where
-    positions = _pool(where, kernel, strides, dilations)
+    positions = sliding_windows(where, kernel, strides, dilations)
     hit = windows.eq(best.reshape(*best.shape, *(1,) * spatial))
     first = hit.where(positions, math.prod(dims)).min(window_axes)
     return best, first._cast_to(dtypes.int64)
@@ -239,12 +239,12 @@ def avg_pool2d(t: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int
     kernel, pads, strides, dilations = _pool_windows(t, kernel_size, stride, dilation=dilation, padding=padding,
                                                           ceil_mode=ceil_mode, op="avg_pool2d")
     spatial = len(kernel)
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     grow = ((0, 0),) * (t.ndim - spatial) + pads
     padded = x.pad(grow) if any(b or a for b, a in pads) else x
     window_axes = tuple(range(-spatial, 0))
-    total = _pool(padded, kernel, strides, dilations).sum(window_axes)._cast_to(x.dtype)
-    explicit = _explicit_padding(padding, spatial, "avg_pool2d")
+    total = sliding_windows(padded, kernel, strides, dilations).sum(window_axes)._cast_to(x.dtype)
+    explicit = explicit_padding(padding, spatial, "avg_pool2d")
     if count_include_pad and pads == explicit:
         return total.div(float(math.prod(kernel)))
     dims = t.shape[-spatial:]
@@ -253,7 +253,7 @@ def avg_pool2d(t: Tensor, kernel_size: int | Sequence[int] = (2, 2), stride: int
         counted = counted.pad(tuple((0, a - e) for (_, a), (_, e) in zip(pads, explicit, strict=True)))
     else:
         counted = x._const(1.0, dtypes.float32, dims).pad(pads)
-    divisor = _pool(counted, kernel, strides, dilations).sum(window_axes)._cast_to(x.dtype)
+    divisor = sliding_windows(counted, kernel, strides, dilations).sum(window_axes)._cast_to(x.dtype)
     return total.div(divisor)
 
 
@@ -273,16 +273,16 @@ def max_unpool2d(x: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = 
     if indices.shape != x.shape:
         raise ShapeError(f"max_unpool2d: indices of shape {indices.shape} for values of shape {x.shape}; "
                          "pass the indices max_pool2d returned with these values")
-    kernel = tuple(kernel_size) if not isinstance(kernel_size, int) else _per_axis(kernel_size, 2, "kernel_size",
-                                                                                   "max_unpool2d")
+    kernel = tuple(kernel_size) if not isinstance(kernel_size, int) else per_spatial_axis(kernel_size, 2, "kernel_size",
+                                                                                          "max_unpool2d")
     spatial = len(kernel)
     if x.ndim < spatial + 1:
         raise ShapeError(f"max_unpool2d: values of shape {x.shape} have fewer than {spatial} spatial axes")
     dims = x.shape[-spatial:]
     if output_size is None:
-        strides = kernel if stride is None else _per_axis(stride, spatial, "stride", "max_unpool2d")
-        dilations = _per_axis(dilation, spatial, "dilation", "max_unpool2d")
-        pads = _explicit_padding(padding, spatial, "max_unpool2d")
+        strides = kernel if stride is None else per_spatial_axis(stride, spatial, "stride", "max_unpool2d")
+        dilations = per_spatial_axis(dilation, spatial, "dilation", "max_unpool2d")
+        pads = explicit_padding(padding, spatial, "max_unpool2d")
         out = tuple((n - 1) * s - (b + a) + d * (k - 1) + 1
                     for n, k, s, d, (b, a) in zip(dims, kernel, strides, dilations, pads, strict=True))
     else:
@@ -294,7 +294,7 @@ def max_unpool2d(x: Tensor, indices: Tensor, kernel_size: int | Sequence[int] = 
     # overlapping windows can pick one element twice. PyTorch writes it once (a scatter) but gives each pick the
     # whole output gradient (a gather). The one-hot sum has exactly that gradient; the detached difference to
     # the scatter then corrects its forward values where a position was picked more than once.
-    hit = indexing._mine(x, flat_indices).unsqueeze(-1).eq(creation._counter(x, size))  # (..., L, size)
+    hit = core.typed_like(x, flat_indices).unsqueeze(-1).eq(core.int_range(x, size))  # (..., L, size)
     summed = hit.where(flat_values.unsqueeze(-1), 0).sum(-2)._cast_to(x.dtype)
     written = x.zeros(*lead, size, dtype=x.dtype, device=x.device).scatter(-1, flat_indices, flat_values)
     # where the two agree the correction is 0, not written - summed: an inf value would give inf - inf = NaN

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import creation, elementwise, random
+from plygrad.frontend import core, creation, random
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import resolve_device
 from plygrad.ir import DType, DTypeError, DTypeLike, ShapeError, dtypes, to_dtype
@@ -72,25 +72,25 @@ def rand(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None
 
     `contiguous` is accepted for tinygrad's signature; the samples are computed wherever they are read."""
     del contiguous
-    dims = creation._shape_arg(shape)
+    dims = creation.shape_arg(shape)
     dt = dtypes.default_float if dtype is None else to_dtype(dtype)
     if not dt.is_float:
         raise DTypeError(f"rand makes floats, not {dt}; cast the result to get another dtype")
     dev = resolve_device(device)
     drawn = cls._make(random.uniform(math.prod(dims), dt, dev), dev).reshape(dims)
-    return creation._requiring_grad(drawn, requires_grad)
+    return creation.requiring_grad(drawn, requires_grad)
 
 
 def randn(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None,
           device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Standard normal samples by Box-Muller: sqrt(-2 ln(1-u1)) * cos(2 pi u2) of two uniform tensors."""
-    dims = creation._shape_arg(shape)
+    dims = creation.shape_arg(shape)
     dt = dtypes.default_float if dtype is None else to_dtype(dtype)
     if not dt.is_float:
         raise DTypeError(f"randn makes floats, not {dt}; cast the result to get another dtype")
     u = cls.rand(2, *dims, dtype=dtypes.float32, device=device)
     radius = u[0].sub(1.0, reverse=True).log().mul(-2.0).sqrt()
-    return creation._requiring_grad(radius.mul(u[1].mul(2 * math.pi).cos()).cast(dt), requires_grad)
+    return creation.requiring_grad(radius.mul(u[1].mul(2 * math.pi).cos()).cast(dt), requires_grad)
 
 
 def randint(cls: type[Tensor], *shape: int | Sequence[int], low: int = 0, high: int = 10,
@@ -112,20 +112,20 @@ def uniform(cls: type[Tensor], *shape: int | Sequence[int], low: float = 0.0, hi
     """Floats uniform in [low, high)."""
     dt = dtypes.default_float if dtype is None else to_dtype(dtype)
     u = cls.rand(*shape, dtype=dt if dt.is_float else dtypes.default_float, device=device)
-    return creation._requiring_grad(u.mul(high - low).add(low).cast(dt), requires_grad)
+    return creation.requiring_grad(u.mul(high - low).add(low).cast(dt), requires_grad)
 
 
 def normal(cls: type[Tensor], *shape: int | Sequence[int], mean: float = 0.0, std: float = 1.0,
            dtype: DTypeLike | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Normal samples of the given mean and standard deviation."""
     z = cls.randn(*shape, dtype=dtype, device=device)
-    return creation._requiring_grad(z.mul(std).add(mean), requires_grad)
+    return creation.requiring_grad(z.mul(std).add(mean), requires_grad)
 
 
 def scaled_uniform(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None,
                    device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Uniform in [-prod(shape)**-0.5, prod(shape)**-0.5) (tinygrad's default weight init)."""
-    dims = creation._shape_arg(shape)
+    dims = creation.shape_arg(shape)
     bound = max(math.prod(dims), 1) ** -0.5
     return cls.uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -133,7 +133,7 @@ def scaled_uniform(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeL
 def glorot_uniform(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None,
                    device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Xavier/Glorot uniform: bound sqrt(6 / (shape[0] + prod(shape[1:]))), as tinygrad defines it."""
-    dims = creation._shape_arg(shape)
+    dims = creation.shape_arg(shape)
     if not dims:
         raise ShapeError("glorot_uniform needs at least one axis")
     bound = math.sqrt(6 / max(dims[0] + math.prod(dims[1:]), 1))
@@ -144,7 +144,7 @@ def kaiming_uniform(cls: type[Tensor], *shape: int | Sequence[int], a: float = 0
                     device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """He uniform for leaky ReLU of slope `a`: bound gain*sqrt(3/fan_in), gain sqrt(2/(1+a^2)), and fan_in
     prod(shape[1:]) (inputs times kernel size for a conv weight), as PyTorch's `kaiming_uniform_`."""
-    dims = creation._shape_arg(shape)
+    dims = creation.shape_arg(shape)
     bound = math.sqrt(3.0) * _leaky_relu_gain(a) / math.sqrt(_fan_in(dims, "kaiming_uniform"))
     return cls.uniform(dims, low=-bound, high=bound, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -152,7 +152,7 @@ def kaiming_uniform(cls: type[Tensor], *shape: int | Sequence[int], a: float = 0
 def kaiming_normal(cls: type[Tensor], *shape: int | Sequence[int], a: float = 0.01, dtype: DTypeLike | None = None,
                    device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """He normal: standard deviation gain/sqrt(fan_in), as PyTorch's `kaiming_normal_` (see kaiming_uniform)."""
-    dims = creation._shape_arg(shape)
+    dims = creation.shape_arg(shape)
     std = _leaky_relu_gain(a) / math.sqrt(_fan_in(dims, "kaiming_normal"))
     return cls.normal(dims, mean=0.0, std=std, dtype=dtype, device=device, requires_grad=requires_grad)
 
@@ -164,7 +164,7 @@ def randperm(cls: type[Tensor], n: int, device: str | None = None, dtype: DTypeL
         raise ArgumentValueError(f"randperm: n {n!r} must be an int >= 0")
     dt = dtype or dtypes.default_int
     keys = cls.rand(n, dtype=dtypes.float32, device=device)
-    return creation._requiring_grad(keys.argsort().cast(dt), requires_grad)
+    return creation.requiring_grad(keys.argsort().cast(dt), requires_grad)
 
 
 def multinomial(x: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
@@ -181,7 +181,7 @@ def multinomial(x: Tensor, num_samples: int = 1, replacement: bool = False) -> T
     if not replacement and num_samples > n:
         raise ArgumentValueError(f"multinomial: cannot draw {num_samples} samples without replacement from {n} "
                          "categories")
-    weights = elementwise._float_input(x if x.ndim == 2 else x.unsqueeze(0))
+    weights = core.float_input(x if x.ndim == 2 else x.unsqueeze(0))
     rows = weights.shape[0]
     if replacement:
         cdf = weights.cumsum(1)

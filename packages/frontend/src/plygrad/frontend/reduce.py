@@ -1,21 +1,9 @@
 """Reductions and what is built from them: sum/max/min/mean/prod, var/std, any/all, argmax/argmin, logsumexp,
 softmax, log_softmax.
 
-A REDUCE in the IR keeps reduced axes as size 1 (docs/ir.md §4.6); `keepdim=False` is a RESHAPE on top, which the
-scheduler strips for free. Sums accumulate in `sum_acc_dtype` (bool and narrow integers would overflow otherwise);
-float16 and bfloat16 accumulate in float32 and round once at the end, as PyTorch does, since a long half-precision
-running sum loses every small addend; mean, softmax and matmul of half floats also compute in float32 and round once.
-
-Long float sums are blocked (`_blocked`, built by blocked.py, whose docstring says why and how): a sum over more
-than SPLIT_ABOVE elements becomes sums of blocks of at most BLOCK terms, then a sum of those partial sums, so no
-accumulator adds more than BLOCK terms (2^25 ones sum exactly) and the first kernel has independent partials to
-spread over cores or workgroups. Gradients of broadcasts are summed the same way (autograd.py).
-
-Other long reductions with few outputs (max, integer sums, products over more than SPLIT_ABOVE elements into at
-most FEW_OUTPUTS values) are staged the same way, for that second reason alone: a full reduction in one kernel would
-be one serial loop on one core or one workgroup of a GPU. They are exact whatever the order (max, wrapping integer
-sums) or, for float products, as exact as any order; the padding of the last block is the op's identity.
-
+A REDUCE in the IR keeps reduced axes as size 1 (docs/ir.md §4.6); `keepdim=False` is a RESHAPE on top. Sums
+accumulate in `sum_acc_dtype`; float16 and bfloat16 in float32, rounded once at the end (PyTorch). Long reductions
+are blocked (blocked.py); docs/frontend.md, "How reductions and scans are built", says why and how.
 """
 
 # The public signatures are tinygrad's and PyTorch's, positional arguments included, so ports keep working.
@@ -28,7 +16,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from plygrad.frontend import creation, elementwise, movement, scan
+from plygrad.frontend import core, movement, scan
 from plygrad.frontend.blocked import BLOCK, LANES, SPLIT_ABOVE, blocked_sum, rows_per_block
 from plygrad.frontend.composite import composite
 from plygrad.frontend.symbolic import is_sym, size_tensor
@@ -47,7 +35,7 @@ HALF_FLOATS = (dtypes.float16, dtypes.bfloat16, *dtypes.fp8s)  # accumulate in f
 FEW_OUTPUTS: Final = 16  # a long max/integer sum/product into at most this many values is staged too
 
 
-def _reduce(x: Tensor, op: Ops, axis: Axis, keepdim: bool, name: str) -> Tensor:
+def reduce_along(x: Tensor, op: Ops, axis: Axis, keepdim: bool, name: str) -> Tensor:
     axes = x._axes(axis, name)
     if not axes:
         return x
@@ -65,7 +53,7 @@ def _reduce(x: Tensor, op: Ops, axis: Axis, keepdim: bool, name: str) -> Tensor:
 
 def _reduce_symbolic(x: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
     """A reduction over a shape with symbolic sizes (axes kept as size 1): one REDUCE whose loops run to the bound
-    values, unless it could be long (the reduced sizes' maxima past SPLIT_ABOVE, where `_reduce` blocks a concrete
+    values, unless it could be long (the reduced sizes' maxima past SPLIT_ABOVE, where `reduce_along` blocks a concrete
     one): then each symbolic reduced axis is padded with the op's identity to its maximum, and the reduction, of a
     concrete length now, is blocked like any other. The padding costs loops to the maximum, the price of a float
     sum that stays accurate at every bound value."""
@@ -98,7 +86,7 @@ def _blocked_by_tensors(t: Tensor, op: Ops, axes: tuple[int, ...]) -> Tensor:
             rows = rows_per_block(n)
             blocks = -(-n // (rows * LANES))
             pairs = ((0, 0),) * len(kept_shape) + ((0, blocks * rows * LANES - n),)
-            x = movement._pad_zeros(x, pairs).reshape(*kept_shape, blocks, rows, LANES)
+            x = movement.pad_zeros(x, pairs).reshape(*kept_shape, blocks, rows, LANES)
             x = x._new(UOp(Ops.REDUCE, x.dtype, (x.uop,), (op, (x.ndim - 2,))))
             n = blocks * LANES
         else:
@@ -134,13 +122,13 @@ def prod(x: Tensor, axis: Axis = None, keepdim: bool = False, dtype: DTypeLike |
 def _accumulate(t: Tensor, op: Ops, axis: Axis, keepdim: bool, dtype: DTypeLike | None, name: str) -> Tensor:
     x = t if dtype is None else t._cast_to(to_dtype(dtype))
     acc = dtypes.float32 if x.dtype in HALF_FLOATS else sum_acc_dtype(x.dtype)
-    out = _reduce(x._cast_to(acc), op, axis, keepdim, name)
+    out = reduce_along(x._cast_to(acc), op, axis, keepdim, name)
     return out._cast_to(x.dtype) if dtype is not None or x.dtype in HALF_FLOATS else out
 
 
 def max(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     _nonempty_reduce(x, axis, "max")
-    return _reduce(x, Ops.MAX, axis, keepdim, "max")
+    return reduce_along(x, Ops.MAX, axis, keepdim, "max")
 
 
 def min(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
@@ -148,10 +136,10 @@ def min(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     (NEG of INT_MIN would wrap)."""
     _nonempty_reduce(x, axis, "min")
     if x.dtype.is_float:
-        return _reduce(x.neg(), Ops.MAX, axis, keepdim, "min").neg()
+        return reduce_along(x.neg(), Ops.MAX, axis, keepdim, "min").neg()
     ones = x._const(True if x.dtype.is_bool else -1)
-    flipped = _reduce(elementwise._alu(x, Ops.XOR, ones), Ops.MAX, axis, keepdim, "min")
-    return elementwise._alu(flipped, Ops.XOR, flipped._const(True if x.dtype.is_bool else -1))
+    flipped = reduce_along(core.alu(x, Ops.XOR, ones), Ops.MAX, axis, keepdim, "min")
+    return core.alu(flipped, Ops.XOR, flipped._const(True if x.dtype.is_bool else -1))
 
 
 def _nonempty_reduce(x: Tensor, axis: Axis, name: str) -> None:
@@ -170,7 +158,7 @@ def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         count *= x.shape[a]
     if is_sym(count):  # a symbolic element count: divide by the variable's value, read at run time
         total = x._cast_to(dtypes.float32 if x.dtype in HALF_FLOATS or not x.dtype.is_float else x.dtype)
-        total = _reduce(total, Ops.ADD, axis, keepdim, "mean")
+        total = reduce_along(total, Ops.ADD, axis, keepdim, "mean")
         mean_ = total.div(size_tensor(total, count))
         return mean_._cast_to(x.dtype if x.dtype.is_float else dtypes.default_float)
     if not x.dtype.is_float:
@@ -178,7 +166,7 @@ def mean(x: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
         return total.div(float(count)) if count else total.mul(float("nan"))
     # half floats: divide the float32 sum, then round once (rounding the sum first overflows past 65504)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x
-    total = _reduce(wide, Ops.ADD, axis, keepdim, "mean")
+    total = reduce_along(wide, Ops.ADD, axis, keepdim, "mean")
     return (total.div(float(count)) if count else total.mul(float("nan")))._cast_to(x.dtype)
 
 
@@ -198,7 +186,7 @@ def _softmax(t: Tensor, axis: int = -1) -> Tensor:
     """exp(x - max) / sum(exp(x - max)) over `axis`: the max keeps exp from overflowing. The shift is detached:
     the result does not depend on it, so its gradient is zero, and the rounded sum of the terms autograd would
     otherwise send through the max only adds error at the argmax."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x  # rounded once, as PyTorch
     shifted = wide.sub(wide.max(axis, keepdim=True).detach())
     e = shifted.exp()
@@ -209,7 +197,7 @@ def _softmax(t: Tensor, axis: int = -1) -> Tensor:
 def _log_softmax(t: Tensor, axis: int = -1) -> Tensor:
     """x - max - log(sum(exp(x - max))) over `axis`; the max is detached as in `softmax` (the gradient through it
     is sum(g) * (1 - sum(softmax)), zero exactly but not once rounded: 17% off at the argmax of 2^20 elements)."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x
     shifted = wide.sub(wide.max(axis, keepdim=True).detach())
     return shifted.sub(shifted.exp().sum(axis, keepdim=True).log())._cast_to(x.dtype)
@@ -232,7 +220,7 @@ def shifted_mean(x: Tensor, axes: Sequence[int]) -> Tensor:
 def var(t: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> Tensor:
     """The variance, sum((x - mean)^2) / max(N - correction, 0) (Bessel's correction by default): NaN or inf
     when N <= correction, like PyTorch. Integers give the default float; half floats are computed in float32."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     wide = x._cast_to(dtypes.float32) if x.dtype in HALF_FLOATS else x
     axes = wide._axes(axis, "var")
     count = math.prod(wide.shape[a] for a in axes)
@@ -252,12 +240,12 @@ def std(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: float =
 
 def var_mean(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> tuple[Tensor, Tensor]:
     """`(var, mean)` over the same axes (PyTorch's order)."""
-    return x.var(axis, keepdim, correction), elementwise._float_input(x).mean(axis, keepdim)
+    return x.var(axis, keepdim, correction), core.float_input(x).mean(axis, keepdim)
 
 
 def std_mean(x: Tensor, axis: Axis = None, keepdim: bool = False, correction: float = 1) -> tuple[Tensor, Tensor]:
     """`(std, mean)` over the same axes (PyTorch's order)."""
-    return x.std(axis, keepdim, correction), elementwise._float_input(x).mean(axis, keepdim)
+    return x.std(axis, keepdim, correction), core.float_input(x).mean(axis, keepdim)
 
 
 def logsumexp(t: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
@@ -265,7 +253,7 @@ def logsumexp(t: Tensor, axis: Axis = None, keepdim: bool = False) -> Tensor:
     is replaced by 0 so rows of -inf give -inf (not NaN). m is detached: the gradient through it cancels
     mathematically (the result does not depend on m), but not once rounded (13% off at the argmax of 2^20
     elements); detached, the gradient is softmax exactly, as PyTorch's."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     if builtins.any(x.shape[a] == 0 for a in x._axes(axis, "logsumexp")):
         return x.exp().sum(axis, keepdim).log()  # log(0): -inf over zero elements, like PyTorch
     m = x.max(axis, keepdim=True).detach()
@@ -292,7 +280,7 @@ def argmax(x: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
 
 def argmin(x: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
     """The index of the smallest element along `axis`: the first one on ties, a NaN if there is one."""
-    return _arg_best(scan._reversed_order(x), axis, keepdim, "argmin")
+    return _arg_best(scan.order_reversed(x), axis, keepdim, "argmin")
 
 
 def _arg_best(x: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
@@ -304,8 +292,8 @@ def _arg_best(x: Tensor, axis: int | None, keepdim: bool, name: str) -> Tensor:
         return x._const(0, scan.INDEX_DTYPE, ())
     _nonempty_reduce(x, ax, name)
     n = x.shape[ax]
-    hit = scan._same(x, x.max(ax, keepdim=True)._broadcast_to(x.shape))
+    hit = scan.same_or_both_nan(x, x.max(ax, keepdim=True)._broadcast_to(x.shape))
     # n - i is largest for the first hit; the max over the axis of it (0 where no hit) finds that one
-    countdown = creation._counter(x, n).sub(n, reverse=True).reshape(n, *(1,) * (x.ndim - ax - 1))
+    countdown = core.int_range(x, n).sub(n, reverse=True).reshape(n, *(1,) * (x.ndim - ax - 1))
     first = hit.where(countdown, 0).max(ax, keepdim)
     return first.sub(n, reverse=True)._cast_to(scan.INDEX_DTYPE)

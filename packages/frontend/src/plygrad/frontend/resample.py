@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from plygrad.frontend import creation, elementwise
+from plygrad.frontend import core
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import ShapeError, dtypes
 
@@ -35,7 +35,7 @@ def interpolate(t: Tensor, size: int | Sequence[int], mode: InterpolateMode = "l
     if align_corners and mode.startswith("nearest"):
         raise ArgumentValueError("interpolate: align_corners only applies to the linear modes (as in PyTorch)")
     linear = not mode.startswith("nearest")
-    x = elementwise._float_input(t) if linear else t
+    x = core.float_input(t) if linear else t
     for i, n_out in enumerate(sizes):
         axis = t.ndim - len(sizes) + i
         n_in = x.shape[axis]
@@ -51,8 +51,8 @@ def interpolate(t: Tensor, size: int | Sequence[int], mode: InterpolateMode = "l
 
 def _resample_matrix(x: Tensor, n_in: int, n_out: int, mode: str, align_corners: bool) -> Tensor:
     """(n_in, n_out) float32 weights: column o mixes the input positions output o reads."""
-    dst = creation._counter(x, n_out)._cast_to(dtypes.float32)
-    cols = creation._counter(x, n_in).reshape(n_in, 1)
+    dst = core.int_range(x, n_out)._cast_to(dtypes.float32)
+    cols = core.int_range(x, n_in).reshape(n_in, 1)
     if mode.startswith("nearest"):
         scale = n_in / n_out
         src = dst.add(0.5).mul(scale) if mode == "nearest-exact" else dst.mul(scale)

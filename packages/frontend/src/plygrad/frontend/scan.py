@@ -1,19 +1,9 @@
 """Scans (cumsum, cumprod, cummax, cummin, logcumsumexp) and the pairwise helpers the reductions and sorting share.
 
-The IR has only three reductions (ADD, MUL, MAX), so everything here is one of them over a cleverly shaped view:
-
-- **Scans** (cumsum, cumprod, cummax) reduce, for each output position i, the window `x[0..i]`: the axis is
-  broadcast to an (n, n) square whose upper triangle is masked with the reduction's identity. The square is a view
-  and a mask (EXPAND + WHERE), which the scheduler fuses into the reduce, so it costs n*n arithmetic but no n*n
-  memory. Axes longer than `2 * SCAN_BLOCK` are cut into blocks: each block is scanned on its own, the block totals
-  are scanned (recursively) and carried into the next block, for n * SCAN_BLOCK work instead of n * n.
-- **Arg-reductions and orderings** (argmax, cummax's indices, sort) compare elements pairwise and reduce the
-  comparisons; indices are int32 like tinygrad's (PyTorch returns int64).
-- **Gradients** come from autograd over these primitives. Where PyTorch routes a gradient to one chosen element
-  (cummax, sort, topk), the values are read back through their indices with a one-hot sum (`_take_last`), whose
-  gradient flows to exactly that element, rather than taken from a MAX, which would share it among ties.
-
-NaN follows PyTorch: it is the largest value for sorting, and max-like ops (argmax, argmin, cummax, cummin) pick it.
+The IR has only three reductions (ADD, MUL, MAX), so each scan reduces, for output i, the window `x[0..i]` of a
+masked (n, n) square (a view the scheduler fuses into the reduce; long axes go in blocks of SCAN_BLOCK), and
+arg-reductions and orderings reduce pairwise comparisons. NaN follows PyTorch: it is the largest value for sorting,
+and max-like ops pick it. The details: docs/frontend.md, "How reductions and scans are built".
 """
 
 
@@ -22,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import creation, elementwise, reduce
+from plygrad.frontend import core, reduce
 from plygrad.frontend.lazy import Scalar
 from plygrad.ir import Ops, dtypes, reduce_identity, sum_acc_dtype
 
@@ -50,26 +40,26 @@ def _isnan(x: Tensor) -> Tensor:
     return x.ne(x) if x.dtype.is_float else x._const(False, dtypes.bool)
 
 
-def _same(x: Tensor, other: Tensor) -> Tensor:
+def same_or_both_nan(x: Tensor, other: Tensor) -> Tensor:
     """Equal, counting NaN equal to NaN (how max-like ops recognise the element they picked)."""
     if not x.dtype.is_float:
         return x.eq(other)
     return x.eq(other).logical_or(_isnan(x).logical_and(_isnan(other)))
 
 
-def _less(x: Tensor, other: Tensor) -> Tensor:
+def less_in_sort_order(x: Tensor, other: Tensor) -> Tensor:
     """`self < other` in sorting order, where NaN is larger than every number (PyTorch's sort order)."""
     if not x.dtype.is_float:
         return x.lt(other)
     return x.lt(other).logical_or(_isnan(other).logical_and(_isnan(x).logical_not()))
 
 
-def _reversed_order(x: Tensor) -> Tensor:
+def order_reversed(x: Tensor) -> Tensor:
     """A map that reverses the order and keeps NaN NaN, so min-like ops are max-like ops of it: NEG for floats,
     bitwise NOT for integers (NEG of INT_MIN wraps) and bool."""
     if x.dtype.is_float:
         return x.neg()
-    return elementwise._alu(x, Ops.XOR, x._const(True if x.dtype.is_bool else -1))
+    return core.alu(x, Ops.XOR, x._const(True if x.dtype.is_bool else -1))
 
 
 def _pad_last(x: Tensor, before: int, after: int, value: Scalar) -> Tensor:
@@ -82,16 +72,16 @@ def _pad_last(x: Tensor, before: int, after: int, value: Scalar) -> Tensor:
     return inside.where(padded, value)
 
 
-def _take_last(x: Tensor, index: Tensor) -> Tensor:
+def take_last(x: Tensor, index: Tensor) -> Tensor:
     """`self[..., index[..., k]]` along the last axis, as a one-hot sum: the gradient reaches exactly the
     chosen element. `index` has the same leading shape as self; its last axis may be any length."""
     n = x.shape[-1]
-    onehot = index.unsqueeze(-1).eq(creation._counter(x, n))  # (..., k, n)
+    onehot = index.unsqueeze(-1).eq(core.int_range(x, n))  # (..., k, n)
     picked = onehot.where(x.unsqueeze(-2), reduce_identity(Ops.ADD, x.dtype))
     return picked.sum(-1)._cast_to(x.dtype)
 
 
-def _along_last(x: Tensor, axis: int) -> Tensor:
+def axis_to_last(x: Tensor, axis: int) -> Tensor:
     """A view with `axis` swapped with the last axis (its own inverse)."""
     return x.transpose(axis, -1) if axis != x.ndim - 1 else x
 
@@ -119,7 +109,7 @@ def cummax(x: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
 
 def cummin(x: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
     """Running minima along `axis` and their indices (torch.cummin), with cummax's rules."""
-    return _cum_best(x, axis, "cummin", _reversed_order(x))
+    return _cum_best(x, axis, "cummin", order_reversed(x))
 
 
 def _cum_best(t: Tensor, axis: int, name: str, key: Tensor) -> tuple[Tensor, Tensor]:
@@ -127,16 +117,16 @@ def _cum_best(t: Tensor, axis: int, name: str, key: Tensor) -> tuple[Tensor, Ten
     ax = t._axis(axis, name)
     if t.ndim == 0:
         return t, t._const(0, INDEX_DTYPE, ())
-    x, k = _along_last(t, ax), _along_last(key, ax)
+    x, k = axis_to_last(t, ax), axis_to_last(key, ax)
     n = x.shape[-1]
     if n == 0:
         return t, t._const(0, INDEX_DTYPE)
     running = _scan_last(k, Ops.MAX)  # (..., n): the max of k[..., :i+1]
-    ctr = creation._counter(t, n)
+    ctr = core.int_range(t, n)
     in_window = ctr.reshape(n, 1).ge(ctr.reshape(1, n))  # [i, j]: j <= i
-    hit = in_window.logical_and(_same(k.unsqueeze(-2), running.unsqueeze(-1)))  # (..., n_i, n_j)
+    hit = in_window.logical_and(same_or_both_nan(k.unsqueeze(-2), running.unsqueeze(-1)))  # (..., n_i, n_j)
     index = hit.where(ctr.reshape(1, n), -1).max(-1)  # the latest j where k[j] is the running max
-    return _along_last(_take_last(x, index), ax), _along_last(index, ax)
+    return axis_to_last(take_last(x, index), ax), axis_to_last(index, ax)
 
 
 def _scan(x: Tensor, axis: int, op: Ops, name: str) -> Tensor:
@@ -144,7 +134,7 @@ def _scan(x: Tensor, axis: int, op: Ops, name: str) -> Tensor:
     ax = x._axis(axis, name)
     if x.ndim == 0:
         return x
-    return _along_last(_scan_last(_along_last(x, ax), op), ax)
+    return axis_to_last(_scan_last(axis_to_last(x, ax), op), ax)
 
 
 def _scan_last(x: Tensor, op: Ops) -> Tensor:
@@ -167,23 +157,23 @@ def _scan_last(x: Tensor, op: Ops) -> Tensor:
 def _window_scan(x: Tensor, op: Ops) -> Tensor:
     """The inclusive scan along the last axis as one reduce over the (n, n) lower-triangular window view."""
     n = x.shape[-1]
-    ctr = creation._counter(x, n)
+    ctr = core.int_range(x, n)
     in_window = ctr.reshape(n, 1).ge(ctr.reshape(1, n))  # [i, j]: input j counts toward output i
     windows = x.unsqueeze(-2).expand(*x.shape[:-1], n, n)
-    return reduce._reduce(in_window.where(windows, reduce_identity(op, x.dtype)), op, -1, False, "scan")
+    return reduce.reduce_along(in_window.where(windows, reduce_identity(op, x.dtype)), op, -1, False, "scan")
 
 
 def logcumsumexp(t: Tensor, axis: int = 0) -> Tensor:
     """log(cumsum(exp(x))) along `axis`, without overflow or underflow: out[i] is the logsumexp of x[..i],
     computed over a triangular mask (n x n work per row), so a small early value next to a large later one
     stays exact."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     if x.ndim == 0:
         return x
     ax = x._axis(axis, "logcumsumexp")
     last = x.transpose(ax, -1) if ax != x.ndim - 1 else x
     n = last.shape[-1]
-    index = creation._counter(x, n)
+    index = core.int_range(x, n)
     upto = index.unsqueeze(-1).ge(index)  # (n, n): row i keeps columns j <= i
     rows = upto.where(last.unsqueeze(-2), -math.inf)
     out = rows.logsumexp(-1)

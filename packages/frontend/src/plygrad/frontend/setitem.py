@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from plygrad.frontend import disk, indexing
+from plygrad.frontend import core, disk, indexing
 from plygrad.frontend.indexing import AnyIndex, Basic
 from plygrad.frontend.lazy import LazyTensor, Scalar, is_tensor
 from plygrad.ir import ShapeError, dtypes
@@ -24,12 +24,12 @@ if TYPE_CHECKING:
     from plygrad.frontend.tensor import Tensor
 
 
-def _value_for(x: Tensor, value: LazyTensor | Scalar | Sequence[Any], op: str) -> Tensor:
+def value_for(x: Tensor, value: LazyTensor | Scalar | Sequence[Any], op: str) -> Tensor:
     if is_tensor(value):
         if value.device != x.device:
             raise ValueError(f"{op}: the value is on {value.device} but the tensor is on {x.device}; "
                              "move one with .to(device)")
-        return indexing._mine(x, value._cast_to(x.dtype))
+        return core.typed_like(x, value._cast_to(x.dtype))
     if isinstance(value, (bool, int, float)):
         return x._const(value, x.dtype, ())
     if isinstance(value, (list, tuple, np.ndarray)):
@@ -47,7 +47,7 @@ def _host_value(x: Tensor, array: np.ndarray[Any, Any]) -> Tensor:
         staged = dtypes.float64 if x.dtype is dtypes.float64 else dtypes.float32
     else:
         raise TypeError(f"setitem: a value of NumPy dtype {array.dtype} is not supported")
-    return indexing._from_host(x, array, staged)._cast_to(x.dtype)
+    return core.from_host(x, array, staged)._cast_to(x.dtype)
 
 
 def _masked_set(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...], value: Tensor) -> Tensor | None:
@@ -59,7 +59,7 @@ def _masked_set(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...], value: Tensor
     if len(masks) != 1:
         return None
     p = masks[0]
-    mask = indexing._mine(x, cast(LazyTensor, items[p]))
+    mask = core.typed_like(x, cast(LazyTensor, items[p]))
     full = [isinstance(item, slice) and item == slice(None) for item in items]
     ellipses = [i for i, item in enumerate(items) if item is Ellipsis]
     others_plain = all(full[i] or i in ellipses for i in range(len(items)) if i != p)
@@ -77,17 +77,17 @@ def _masked_set(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...], value: Tensor
 
 
 def _indexed_set(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...], value: Tensor) -> Tensor:
-    basic, tensors = indexing._parse_index(x, index)
-    view, axes, indices = indexing._basic_view(x, basic, tensors)
+    basic, tensors = indexing.parse_index(x, index)
+    view, axes, indices = indexing.basic_view(x, basic, tensors)
     if view.numel() == 0:
         return x
     if axes:
-        batch = indexing._index_batch(indices)
+        batch = indexing.index_batch_shape(indices)
         rest = [n for a, n in enumerate(view.shape) if a not in axes]
-        order = indexing._result_order(len(rest), len(batch), indexing._batch_position(axes))
+        order = indexing.result_order(len(rest), len(batch), indexing.batch_position(axes))
         local = _fit_value(x, value, tuple([*rest, *batch][i] for i in order))
         inverse = sorted(range(len(order)), key=lambda i: order[i])
-        view_new = indexing._scatter_axes(view, axes, indices, local.permute(*inverse))
+        view_new = indexing.scatter_axes(view, axes, indices, local.permute(*inverse))
     else:
         view_new = _fit_value(x, value, view.shape)
     return _unview(x, basic, view_new)
@@ -135,18 +135,18 @@ def _unslice(t: Tensor, axis: int, n: int, picked: range | tuple[Any, Any]) -> T
     again, zeros elsewhere."""
     if isinstance(picked, tuple):
         start, stop = picked
-        return t.pad(indexing._along(t.ndim, axis, (start, dim_sub(n, stop))))
+        return t.pad(indexing.along_axis(t.ndim, axis, (start, dim_sub(n, stop))))
     count, step = len(picked), abs(picked.step)
     first = picked[0] if picked.step > 0 else n - 1 - picked[0]  # along the flipped axis for a negative step
     x = t
     if step > 1:  # each element followed by step-1 zeros, then cut after the last one
         shape = x.shape
         x = x.reshape(*shape[:axis], count, 1, *shape[axis + 1:])
-        x = x.pad(indexing._along(x.ndim, axis + 1, (0, step - 1)))
+        x = x.pad(indexing.along_axis(x.ndim, axis + 1, (0, step - 1)))
         x = x.reshape(*shape[:axis], count * step, *shape[axis + 1:])
-        x = x.shrink(indexing._along(x.ndim, axis, (0, (count - 1) * step + 1)))
+        x = x.shrink(indexing.along_axis(x.ndim, axis, (0, (count - 1) * step + 1)))
     span = x.shape[axis]
-    x = x.pad(indexing._along(x.ndim, axis, (first, n - first - span)))
+    x = x.pad(indexing.along_axis(x.ndim, axis, (first, n - first - span)))
     return x.flip(axis) if picked.step < 0 else x
 
 
@@ -159,7 +159,7 @@ def setitem(x: Tensor, index: AnyIndex | tuple[AnyIndex, ...], value: LazyTensor
     if disk.is_disk(x.device):
         disk.setitem(x, index, value)
         return
-    update = _value_for(x, value, "setitem")
+    update = value_for(x, value, "setitem")
     items = index if isinstance(index, tuple) else (index,)
     if any(isinstance(item, slice) and indexing.symbolic_slice(item) for item in items):
         # the blend's padding would have a size known only as an expression: write through the view instead,

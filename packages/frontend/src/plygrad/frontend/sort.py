@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import creation, scan
+from plygrad.frontend import core, scan
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.ir import dtypes
 
@@ -25,12 +25,12 @@ def sort(t: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Te
     ax = t._axis(dim, "sort")
     if t.ndim == 0:
         return t, t._const(0, scan.INDEX_DTYPE, ())
-    x = scan._along_last(t, ax)
+    x = scan.axis_to_last(t, ax)
     if x.numel() * x.shape[-1] > PAIRWISE_SORT_LIMIT:
         values, order = _bitonic_sort(x, descending)
-        return scan._along_last(values, ax), scan._along_last(order, ax)
+        return scan.axis_to_last(values, ax), scan.axis_to_last(order, ax)
     order = _sort_order(x, descending)
-    return scan._along_last(scan._take_last(x, order), ax), scan._along_last(order, ax)
+    return scan.axis_to_last(scan.take_last(x, order), ax), scan.axis_to_last(order, ax)
 
 
 def argsort(x: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
@@ -51,13 +51,13 @@ def topk(t: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = 
                                  f"{t.shape}); pick 0 <= k <= {n}")
     if t.ndim == 0:
         return t, t._const(0, scan.INDEX_DTYPE, ())
-    x = scan._along_last(t, ax)
+    x = scan.axis_to_last(t, ax)
     first_k = (*(None,) * (x.ndim - 1), (0, k))
     if x.numel() * x.shape[-1] > PAIRWISE_SORT_LIMIT:
         values, order = _bitonic_sort(x, descending=largest)
-        return scan._along_last(values.shrink(first_k), ax), scan._along_last(order.shrink(first_k), ax)
+        return scan.axis_to_last(values.shrink(first_k), ax), scan.axis_to_last(order.shrink(first_k), ax)
     order = _sort_order(x, descending=largest).shrink(first_k)
-    return scan._along_last(scan._take_last(x, order), ax), scan._along_last(order, ax)
+    return scan.axis_to_last(scan.take_last(x, order), ax), scan.axis_to_last(order, ax)
 
 
 def _sort_order(x: Tensor, descending: bool) -> Tensor:
@@ -69,10 +69,10 @@ def _sort_order(x: Tensor, descending: bool) -> Tensor:
     n = x.shape[-1]
     if n <= 1:
         return x._const(0, scan.INDEX_DTYPE)
-    ctr = creation._counter(x, n)
+    ctr = core.int_range(x, n)
     mine, theirs = x.unsqueeze(-1), x.unsqueeze(-2)  # [..., i, j]: element i and element j
-    smaller = scan._less(theirs, mine) if not descending else scan._less(mine, theirs)
-    tie = scan._less(theirs, mine).logical_or(scan._less(mine, theirs)).logical_not()
+    smaller = scan.less_in_sort_order(theirs, mine) if not descending else scan.less_in_sort_order(mine, theirs)
+    tie = scan.less_in_sort_order(theirs, mine).logical_or(scan.less_in_sort_order(mine, theirs)).logical_not()
     earlier = ctr.reshape(1, n).lt(ctr.reshape(n, 1))  # j < i
     rank = smaller.logical_or(tie.logical_and(earlier)).sum(-1)  # (..., n): the rank of element i
     at_rank = rank.unsqueeze(-2).eq(ctr.reshape(n, 1))  # [..., r, i]: element i has rank r
@@ -93,7 +93,7 @@ def _bitonic_sort(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
     lead, stages = x.shape[:-1], (n - 1).bit_length()
     size = 2**stages
     values = x.pad((*(None,) * len(lead), (0, size - n)))
-    index = creation._counter(x, size)._broadcast_to((*lead, size))
+    index = core.int_range(x, size)._broadcast_to((*lead, size))
     for stage in range(1, stages + 1):
         for step in range(stage - 1, -1, -1):
             mirror = step == stage - 1
@@ -133,8 +133,8 @@ def _sorts_before(x: Tensor, other: Tensor, index: Tensor, other_index: Tensor, 
     """Does (self, index) come before (other, other_index) in the sort? Pads (index >= n) come last, equal
     values in index order (stability), NaN after every number (before, descending)."""
     pad, other_pad = index.ge(n), other_index.ge(n)
-    ahead = scan._less(other, x) if descending else scan._less(x, other)
-    tie = scan._less(x, other).logical_or(scan._less(other, x)).logical_not()
+    ahead = scan.less_in_sort_order(other, x) if descending else scan.less_in_sort_order(x, other)
+    tie = scan.less_in_sort_order(x, other).logical_or(scan.less_in_sort_order(other, x)).logical_not()
     by_value = ahead.logical_or(tie.logical_and(index.lt(other_index)))
     both_real = pad.logical_or(other_pad).logical_not()
     return both_real.logical_and(by_value).logical_or(other_pad.logical_and(pad.logical_not())).logical_or(

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import elementwise
+from plygrad.frontend import core, elementwise
 from plygrad.frontend.composite import composite
 from plygrad.frontend.lazy import Scalar, const_uop
 from plygrad.ir import Ops, dtypes
@@ -62,17 +62,17 @@ PIO2_PARTS = (1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8)  # Cep
 EXPM1_TAYLOR = tuple(1.0 / math.factorial(n) for n in range(10, 0, -1))  # (e^x - 1) / x = sum x^(n-1) / n!
 
 
-def _wide(t: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
+def computed_wide(t: Tensor, fn: Callable[[Tensor], Tensor]) -> Tensor:
     """`fn` of the input as a float, computed in float32 for float16/bfloat16 and cast back (as PyTorch does):
     their 8 or 11 mantissa bits would otherwise compound rounding errors inside multi-step formulas."""
-    x = elementwise._float_input(t)
+    x = core.float_input(t)
     if x.dtype.itemsize >= 4:
         return fn(x)
     return fn(x._cast_to(dtypes.float32))._cast_to(x.dtype)
 
 
-def _piecewise(x: Tensor, cond: Tensor, when_true: Callable[[Tensor], Tensor], when_false: Callable[[Tensor], Tensor],
-               safe_true: float = 0.0, safe_false: float = 0.0) -> Tensor:
+def piecewise(x: Tensor, cond: Tensor, when_true: Callable[[Tensor], Tensor], when_false: Callable[[Tensor], Tensor],
+              safe_true: float = 0.0, safe_false: float = 0.0) -> Tensor:
     """`when_true(x)` where `cond`, else `when_false(x)`. Each branch reads x only where it is chosen and a safe
     stand-in elsewhere: an inf or NaN in the branch not taken would otherwise turn its zero gradient into NaN
     (0 * inf), the classic trap of `where`."""
@@ -104,30 +104,30 @@ def _horner(x: Tensor, coeffs: tuple[float, ...]) -> Tensor:
 
 
 def exp(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: elementwise._alu(x.mul(LOG2_E), Ops.EXP2))
+    return computed_wide(t, lambda x: core.alu(x.mul(LOG2_E), Ops.EXP2))
 
 
 def exp2(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: elementwise._alu(x, Ops.EXP2))
+    return computed_wide(t, lambda x: core.alu(x, Ops.EXP2))
 
 
 def expm1(t: Tensor) -> Tensor:
     """exp(x) - 1, accurate near 0 (a Taylor polynomial for |x| < 0.5, where exp(x) - 1 would cancel)."""
     def small(x: Tensor) -> Tensor:
         return _horner(x, EXPM1_TAYLOR).mul(x)
-    return _wide(t, lambda x: _piecewise(x, x.abs().lt(0.5), small, lambda y: y.exp().sub(1.0)))
+    return computed_wide(t, lambda x: piecewise(x, x.abs().lt(0.5), small, lambda y: y.exp().sub(1.0)))
 
 
 def log(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: elementwise._alu(x, Ops.LOG2).mul(LN_2))
+    return computed_wide(t, lambda x: core.alu(x, Ops.LOG2).mul(LN_2))
 
 
 def log2(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: elementwise._alu(x, Ops.LOG2))
+    return computed_wide(t, lambda x: core.alu(x, Ops.LOG2))
 
 
 def log10(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: elementwise._alu(x, Ops.LOG2).mul(LOG10_2))
+    return computed_wide(t, lambda x: core.alu(x, Ops.LOG2).mul(LOG10_2))
 
 
 def log1p(t: Tensor) -> Tensor:
@@ -138,22 +138,22 @@ def log1p(t: Tensor) -> Tensor:
         return u.log().sub(u.sub(1.0).sub(x).div(u))
     def plain(x: Tensor) -> Tensor:
         return x.add(1.0).log()
-    return _wide(t, lambda x: _piecewise(x, x.gt(-1.0).logical_and(x.lt(math.inf)), corrected, plain))
+    return computed_wide(t, lambda x: piecewise(x, x.gt(-1.0).logical_and(x.lt(math.inf)), corrected, plain))
 
 
 def sqrt(x: Tensor) -> Tensor:
-    return elementwise._alu(elementwise._float_input(x), Ops.SQRT)
+    return core.alu(core.float_input(x), Ops.SQRT)
 
 
 def rsqrt(x: Tensor) -> Tensor:
-    return elementwise._alu(x.sqrt(), Ops.RECIPROCAL)
+    return core.alu(x.sqrt(), Ops.RECIPROCAL)
 
 
 def logaddexp(t: Tensor, other: Tensor | Scalar) -> Tensor:
     """log(exp(x) + exp(y)) without overflow: max(x, y) + log1p(exp(-|x - y|)); x + log 2 where x == y
     (which also keeps inf + inf and -inf + -inf from becoming NaN)."""
-    x, y = elementwise._operands(t, other, op="logaddexp")
-    x, y = elementwise._float_input(x), elementwise._float_input(y)
+    x, y = elementwise.operands(t, other, op="logaddexp")
+    x, y = core.float_input(x), core.float_input(y)
     same = x.eq(y)
     gap = same.where(0.0, x.sub(y))
     spread = gap.abs().neg().exp().log1p()
@@ -161,7 +161,7 @@ def logaddexp(t: Tensor, other: Tensor | Scalar) -> Tensor:
 
 
 def sin(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: elementwise._alu(x, Ops.SIN))
+    return computed_wide(t, lambda x: core.alu(x, Ops.SIN))
 
 
 def cos(t: Tensor) -> Tensor:
@@ -172,16 +172,16 @@ def cos(t: Tensor) -> Tensor:
         k = x.mul(2 / math.pi).round()
         r = x.sub(k.mul(PIO2_PARTS[0])).sub(k.mul(PIO2_PARTS[1])).sub(k.mul(PIO2_PARTS[2]))
         quadrant = k.sub(k.mul(0.25).floor().mul(4.0))
-        s, h = elementwise._alu(r, Ops.SIN), elementwise._alu(r.mul(0.5), Ops.SIN)
+        s, h = core.alu(r, Ops.SIN), core.alu(r.mul(0.5), Ops.SIN)
         c = h.mul(h).mul(-2.0).add(1.0)
         reduced = quadrant.eq(0).where(c, quadrant.eq(1).where(s.neg(), quadrant.eq(2).where(c.neg(), s)))
-        half = elementwise._alu(x.mul(0.5), Ops.SIN)  # past 8192 the three parts stop being exact: the half-angle form
+        half = core.alu(x.mul(0.5), Ops.SIN)  # past 8192 the three parts stop being exact: the half-angle form
         return x.abs().lt(8192.0).where(reduced, half.mul(half).mul(-2.0).add(1.0))
-    return _wide(t, fn)
+    return computed_wide(t, fn)
 
 
 def tan(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: x.sin().div(x.cos()))
+    return computed_wide(t, lambda x: x.sin().div(x.cos()))
 
 
 def atan(tensor: Tensor) -> Tensor:
@@ -191,28 +191,28 @@ def atan(tensor: Tensor) -> Tensor:
         sign = _sign_const(x)
         ax = x.mul(sign)
         big, mid = ax.gt(TAN_3PI_8), ax.gt(TAN_PI_8)
-        inverted = _piecewise(ax, big, lambda t: t.reciprocal().neg(), lambda t: t, 1.0, 1.0)
+        inverted = piecewise(ax, big, lambda t: t.reciprocal().neg(), lambda t: t, 1.0, 1.0)
         t = mid.logical_and(big.logical_not()).where(ax.sub(1.0).div(ax.add(1.0)), inverted)
         offset = big.where(ax._const(math.pi / 2), mid.where(ax._const(math.pi / 4), 0.0))
         z = t.mul(t)
         return offset.add(_horner(z, ATAN_POLY).mul(z).mul(t).add(t)).mul(sign)
-    return _wide(tensor, fn)
+    return computed_wide(tensor, fn)
 
 
 def asin(t: Tensor) -> Tensor:
     """2 atan(x / (1 + sqrt((1-x)(1+x)))): accurate at both ends and with a finite gradient inside (-1, 1)."""
-    return _wide(t, lambda x: x.div(x.sub(1.0, reverse=True).mul(x.add(1.0)).sqrt().add(1.0)).atan().mul(2.0))
+    return computed_wide(t, lambda x: x.div(x.sub(1.0, reverse=True).mul(x.add(1.0)).sqrt().add(1.0)).atan().mul(2.0))
 
 
 def acos(t: Tensor) -> Tensor:
     """2 atan(sqrt((1-x)/(1+x))): no cancellation near x = 1, where pi/2 - asin(x) would lose the digits."""
-    return _wide(t, lambda x: x.sub(1.0, reverse=True).div(x.add(1.0)).sqrt().atan().mul(2.0))
+    return computed_wide(t, lambda x: x.sub(1.0, reverse=True).div(x.add(1.0)).sqrt().atan().mul(2.0))
 
 
 def atan2(t: Tensor, other: Tensor | Scalar) -> Tensor:
     """The angle of the point (x=other, y=self) in (-pi, pi], like torch.atan2(self, other)."""
-    y, x = elementwise._operands(t, other, op="atan2")
-    y, x = elementwise._float_input(y), elementwise._float_input(x)
+    y, x = elementwise.operands(t, other, op="atan2")
+    y, x = core.float_input(y), core.float_input(x)
     base = y.div(x.eq(0).where(1.0, x)).atan()
     half_turn = y.lt(0).where(y._const(-math.pi), math.pi)
     on_axis = y.gt(0).where(y._const(math.pi / 2), y.lt(0).where(y._const(-math.pi / 2), y.mul(0.0)))
@@ -220,11 +220,11 @@ def atan2(t: Tensor, other: Tensor | Scalar) -> Tensor:
 
 
 def sinh(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: x.expm1().sub(x.neg().expm1()).mul(0.5))
+    return computed_wide(t, lambda x: x.expm1().sub(x.neg().expm1()).mul(0.5))
 
 
 def cosh(t: Tensor) -> Tensor:
-    return _wide(t, lambda x: x.exp().add(x.neg().exp()).mul(0.5))
+    return computed_wide(t, lambda x: x.exp().add(x.neg().exp()).mul(0.5))
 
 
 def tanh(t: Tensor) -> Tensor:
@@ -235,7 +235,7 @@ def tanh(t: Tensor) -> Tensor:
         e = positive.where(x.neg(), x).mul(2.0).expm1()
         magnitude = e.neg().div(e.add(2.0))
         return positive.where(magnitude, magnitude.neg())
-    return _wide(t, fn)
+    return computed_wide(t, fn)
 
 
 def asinh(tensor: Tensor) -> Tensor:
@@ -246,8 +246,8 @@ def asinh(tensor: Tensor) -> Tensor:
         def small(t: Tensor) -> Tensor:
             sq = t.mul(t)
             return t.add(sq.div(sq.add(1.0).sqrt().add(1.0))).log1p()
-        return _piecewise(ax, ax.gt(1e4), lambda t: t.log().add(LN_2), small, 1.0, 0.0).mul(sign)
-    return _wide(tensor, fn)
+        return piecewise(ax, ax.gt(1e4), lambda t: t.log().add(LN_2), small, 1.0, 0.0).mul(sign)
+    return computed_wide(tensor, fn)
 
 
 def acosh(tensor: Tensor) -> Tensor:
@@ -255,7 +255,7 @@ def acosh(tensor: Tensor) -> Tensor:
     def small(t: Tensor) -> Tensor:
         d = t.sub(1.0)
         return d.add(d.sqrt().mul(t.add(1.0).sqrt())).log1p()  # sqrt(d) is NaN below 1, as acosh is
-    return _wide(tensor, lambda x: _piecewise(x, x.gt(1e4), lambda t: t.log().add(LN_2), small, 1e4, 1.0))
+    return computed_wide(tensor, lambda x: piecewise(x, x.gt(1e4), lambda t: t.log().add(LN_2), small, 1e4, 1.0))
 
 
 def atanh(t: Tensor) -> Tensor:
@@ -264,7 +264,7 @@ def atanh(t: Tensor) -> Tensor:
         sign = _sign_const(x)
         ax = x.mul(sign)
         return ax.mul(2.0).div(ax.sub(1.0, reverse=True)).log1p().mul(sign.mul(0.5))
-    return _wide(t, fn)
+    return computed_wide(t, fn)
 
 
 @composite()
@@ -281,4 +281,4 @@ def erf(t: Tensor) -> Tensor:
         p = a.lt(2.0).where(_horner(w, ERFC_P), _horner(w, ERFC_R))
         erfc = a.mul(a).neg().exp().mul(q).mul(p)
         return erfc.sub(1.0, reverse=True).mul(sign)
-    return _wide(t, lambda x: _piecewise(x, x.abs().lt(1.0), small, large, 0.0, 1.0))
+    return computed_wide(t, lambda x: piecewise(x, x.abs().lt(1.0), small, large, 0.0, 1.0))
