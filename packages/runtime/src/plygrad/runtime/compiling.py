@@ -13,7 +13,7 @@ import ctypes
 import re
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
@@ -148,26 +148,29 @@ class RuntimeCompilerLibrary:
 
 
 class ToolchainCache(Generic[T]):
-    """The toolchains of one backend, each kind found once per process: `find(kind)` opens `kind` (or, for None,
-    the first of `kinds` that `open` finds) and keeps it; None when none is found (`open` gives None)."""
+    """The toolchains of one backend, each kind found once per process. `wanted` maps each kind, in the order they
+    are tried, to what to install for it; `open_kind(kind)` opens one (None: not installed). `what` and `backend`
+    name them in errors ("CUDA compiler", "NV")."""
 
-    def __init__(self, kinds: Sequence[str], open_kind: Callable[[str], T | None]) -> None:
-        self.kinds = tuple(kinds)
+    def __init__(self, wanted: Mapping[str, str], open_kind: Callable[[str], T | None], *, what: str,
+                 backend: str) -> None:
+        self.wanted, self.what, self.backend = dict(wanted), what, backend
         self._open = open_kind
         self._found: dict[str, T] = {}
         self._lock = threading.Lock()
 
-    def find(self, kind: str | None = None) -> T | None:
+    def find(self, kind: str | None = None) -> T:
+        """`kind`'s toolchain, or for None the first kind installed; BackendError saying what to install when there
+        is none."""
+        if kind is not None and kind not in self.wanted:
+            raise BackendError(f"unknown {self.what} {kind!r}: use " + " or ".join(map(repr, self.wanted)))
         with self._lock:
-            for candidate in self.kinds if kind is None else (kind,):
+            for candidate in self.wanted if kind is None else (kind,):
                 if candidate not in self._found:
                     found = self._open(candidate)
                     if found is None:
                         continue
                     self._found[candidate] = found
                 return self._found[candidate]
-        return None
-
-    def clear(self) -> None:
-        with self._lock:
-            self._found.clear()
+        needs = self.wanted[kind] if kind is not None else " or ".join(self.wanted.values())
+        raise BackendError(f"no {self.what}: the {self.backend} backend needs {needs}")

@@ -101,15 +101,7 @@ def _rocm_clang() -> str | None:
 def find_toolchain(kind: str | None = None) -> Toolchain:
     """hiprtc (ROCm 6+) when installed, else clang offline (`kind` "hiprtc" or "clang" asks for one); found once
     per process. Raises BackendError saying what to install when there is none."""
-    if kind not in (None, "hiprtc", "clang"):
-        raise BackendError(f"unknown HIP compiler {kind!r}: use 'hiprtc' or 'clang'")
-    found = _TOOLCHAINS.find(kind)
-    if found is not None:
-        return found
-    wanted = {"hiprtc": f"hiprtc from ROCm {HIPRTC_MIN_MAJOR} or newer (libhiprtc.so)",
-              "clang": "clang-19 and lld-19 (apt-get install clang-19 lld-19) or ROCm's clang"}
-    raise BackendError("no HIP compiler: the AMD backend needs " +
-                       (wanted[kind] if kind else f"{wanted['hiprtc']}, or {wanted['clang']}"))
+    return _TOOLCHAINS.find(kind)
 
 
 def _open_toolchain(kind: str) -> Toolchain | None:
@@ -127,7 +119,10 @@ def _open_toolchain(kind: str) -> Toolchain | None:
     return ClangOffline(clang, lld) if clang and lld else None
 
 
-_TOOLCHAINS: ToolchainCache[Toolchain] = ToolchainCache(("hiprtc", "clang"), _open_toolchain)
+_TOOLCHAINS: ToolchainCache[Toolchain] = ToolchainCache(
+    {"hiprtc": f"hiprtc from ROCm {HIPRTC_MIN_MAJOR} or newer (libhiprtc.so)",
+     "clang": "clang-19 and lld-19 (apt-get install clang-19 lld-19) or ROCm's clang"},
+    _open_toolchain, what="HIP compiler", backend="AMD")
 
 
 class AMDCompiler(Compiler):

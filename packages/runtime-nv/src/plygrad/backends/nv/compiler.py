@@ -114,15 +114,7 @@ def find_include_dir() -> Path | None:
 def find_toolchain(kind: str | None = None) -> Toolchain:
     """NVRTC from the wheel when installed, else `nvcc` on PATH (`kind` "nvrtc" or "nvcc" asks for one); found once
     per process. Raises BackendError saying what to install when there is none."""
-    if kind not in (None, "nvrtc", "nvcc"):
-        raise BackendError(f"unknown CUDA compiler {kind!r}: use 'nvrtc' or 'nvcc'")
-    found = _TOOLCHAINS.find(kind)
-    if found is not None:
-        return found
-    wanted = {"nvrtc": "NVRTC (pip install plygrad-nv[nvrtc], i.e. nvidia-cuda-nvrtc)",
-              "nvcc": "nvcc on PATH (the CUDA toolkit)"}
-    raise BackendError("no CUDA compiler: the NV backend needs " +
-                       (wanted[kind] if kind else f"{wanted['nvrtc']} or {wanted['nvcc']}"))
+    return _TOOLCHAINS.find(kind)
 
 
 def _open_toolchain(kind: str) -> Toolchain | None:
@@ -133,7 +125,10 @@ def _open_toolchain(kind: str) -> Toolchain | None:
     return NVCC(nvcc) if nvcc else None
 
 
-_TOOLCHAINS: ToolchainCache[Toolchain] = ToolchainCache(("nvrtc", "nvcc"), _open_toolchain)
+_TOOLCHAINS: ToolchainCache[Toolchain] = ToolchainCache(
+    {"nvrtc": "NVRTC (pip install plygrad-nv[nvrtc], i.e. nvidia-cuda-nvrtc)",
+     "nvcc": "nvcc on PATH (the CUDA toolkit)"},
+    _open_toolchain, what="CUDA compiler", backend="NV")
 
 
 class NVCompiler(Compiler):
