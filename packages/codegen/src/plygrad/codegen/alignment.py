@@ -1,23 +1,11 @@
 """Proving that an index is a multiple of a vector width, for renderers whose vector accesses must be aligned.
 
-A CUDA `float4` load reads 16 bytes in one instruction only from an address that is a multiple of 16; a misaligned
-one faults on the GPU (and silently works on a CPU, which is why the emulation checks it). A buffer pointer is the
-start of an allocation (docs/codegen.md §5: the program contract guarantees 16 bytes), so an access of k elements
-at element index `i` is aligned when `i` is a multiple of k for every value the kernel's ranges and variables
-take. `known_multiple` proves that much about an index expression, bottom up:
-
-| node | a known multiple |
-|---|---|
-| `CONST c` | c (0: a multiple of everything) |
-| `RANGE`, `DEFINE_VAR` | 1 (they take every value) |
-| `ADD`, `SUB` | the gcd of the operands' |
-| `MUL` | the product of the operands' |
-| `SHL` by a constant c | the operand's times 2**c |
-| `MOD` by a constant c | the gcd of the operand's and c (x % c = x - c * (x / c)) |
-| `WHERE` | the gcd of the two choices' |
-| anything else | 1: not proven |
-
-It is a proof, not a guess: where it cannot tell, it says 1, and the caller falls back to narrower accesses.
+A CUDA `float4` access must start on a multiple of 16 bytes (misaligned, it faults on the GPU). Buffers start
+aligned (the program contract, docs/codegen.md §5), so an access of k elements at index `i` is aligned when `i` is
+a multiple of k for every value of the kernel's ranges and variables. `known_multiple` proves that bottom up: a
+constant is its own multiple, ranges and variables 1, ADD/SUB/WHERE the gcd of their operands', MUL the product,
+SHL by c times 2**c, MOD by c the gcd with c; anything else 1. It is a proof, not a guess: where it cannot tell it
+says 1 and the caller falls back to narrower accesses (docs/codegen.md §2.1).
 """
 
 from __future__ import annotations

@@ -1,34 +1,12 @@
 """Cache blocking of a reduction: `Opt(BLOCK, axis, amount)` and the lowering it needs.
 
-A matmul's reduce loop runs innermost, over the whole K axis, for every register tile of outputs. Each tile then
-streams a K-long panel of the right operand; when that panel no longer stays in cache between neighbouring tiles
-(K * tile bytes past the L2, or rows a power of two apart that map to the same cache sets) every tile reads it
-from memory again. BLOCK splits the reduce axis `r` (size n) by `amount` = KC:
-
-    r -> r_block*KC + r_inner        r_block: a BLOCK range of n/KC, looped *around* the kernel's output loops
-                                     r_inner: the reduce loop inside each block (KC iterations)
-
-so all tiles first reduce over K-block 0, then all over K-block 1, ...: a block's panel (KC rows of the tile's
-columns) is loaded once into cache and reused by every tile of rows. Unlike the other splits, the *inner* part
-keeps the axis id and type (REDUCE), so the reduction's loops nest in the same order as before (a conv's input
-channel stays outside its window loops); the BLOCK range gets the next free id. The loop nest is then
-THREAD / GLOBAL loops, BLOCK loops, the other output loops, the reduce loops (linearize.py).
-
-Between blocks a reduction's running value lives in the output buffer: in block b the accumulator starts from
-what block b-1 stored (identity in block 0), runs over the block, and is stored back; only the last block stores
-the kernel's real value (whatever the store computes from the reduction, a bias or a relu). These are two gated
-stores, `partial` where the block is not the last and `value` where it is, and the linearizer moves what only the
-second uses into its IF: the epilogue (a GELU's erf is ~40 vector ops per vector of outputs) runs once, not once
-per block (MiniLM's FFN kernel, 3 blocks of 128: 2.0-2.1 -> 1.4-1.8 ms). Each output element
-therefore sees exactly the updates of the plain loop, in the same order, from the same start: BLOCK never
-changes a result (bit for bit, like UNROLL). In the graph this is `lower_blocked`, run with the reduce lowering
-(expand.py), after the UPCAST copies and vector lanes exist: each copy's accumulator starts from a (vector) load
-of its own output location.
-
-So the output must be able to hold the partial value. `check_block` asks, and raises OptError otherwise: a CPU
-target (no workgroups); the axis is the outermost loop of one reduction (ADD, MUL or MAX, not already blocked,
-not nested in another reduction's loop, not feeding another reduction); exactly one store uses the reduction, into
-a buffer of the reduction's dtype that the kernel does not read.
+BLOCK splits the reduce axis `r` into `r_block*KC + r_inner`: `r_block` is a BLOCK loop around the kernel's output
+loops (a new axis id), `r_inner` keeps the id and the REDUCE type, so every tile of rows reduces over K-block 0,
+then K-block 1, ..., reusing each block's panel from the cache. Between blocks the running value lives in the
+output: two gated stores (the partial, and the kernel's value in the last block), the epilogue moved inside the
+second's IF by the linearizer. Each output sees the plain loop's updates in the plain order, so BLOCK never
+changes a result. `lower_blocked` runs with the reduce lowering (expand.py); `check_block` raises OptError where
+the output cannot hold the partial value. docs/codegen.md §2.2, "BLOCK, exactly".
 """
 
 from __future__ import annotations

@@ -1,29 +1,12 @@
 """Turning the optimized kernel into loops: unrolled UPCAST stores, and REDUCEs lowered to accumulators.
 
-Three rule tables, run in this order by lower.py:
-- `unshare_ranges` (before the optimization stage): a REDUCE over a RANGE another REDUCE already loops over gets
-  a fresh copy of it, so each reduce loop belongs to one reduction;
-- `expand_upcast` (its context is the Target): a store that depends on UPCAST ranges becomes one store per
-  combination of their values (the range replaced by a constant), so an UPCAST axis is unrolled scalar code;
-  reductions inside are copied too, which gives each copy its own accumulator in the shared reduce loop. One
-  UPCAST axis the store indexes contiguously, of a width the target has vectors of, becomes vector lanes
-  instead (vectorize.py): vector loads, ops, accumulators and one vector store per copy; where none is, an
-  UPCAST of a vector ALU width that a reduction's value depends on (a convolution's output channels) still
-  gives vector accumulators, their lanes stored one by one.
-- `lower_reduce`: `REDUCE(value, *ranges)` becomes an accumulator in a register slot (DEFINE_REG): initialised to
-  the op's identity where the reduce lives, updated inside its loops, read after them. UNROLL ranges are not
-  loops: each step of the remaining loops applies the update once per unrolled value, in the same order the
-  plain loop would, so unrolling one reduce axis (however often it is split) never changes a floating-point
-  result. Unrolling two different reduce axes reorders the accumulation as any loop interchange does. A
-  reduction BLOCK split (block.py) is lowered together with its store, in the same table: its accumulator starts
-  from the partial value the previous block stored. On a target with a fused multiply-add (`Target.has_fma`),
-  a float32/float64 sum of products updates its accumulator with `MULACC(a, b, acc)` (one rounding per step,
-  as BLAS libraries do: docs/ir.md §5, "Contraction"), every copy and every block alike, so UNROLL and BLOCK
-  still change no result.
-
-The ordering the linearizer needs is carried by extra sources (the GRAPH stage allows them): the init STORE lists
-the ranges open around the reduce, the in-loop LOAD lists the init STORE and the reduce loops, and the final LOAD
-reads through an END closing those loops.
+Three rule tables, run by lower.py: `unshare_ranges` (before the optimization stage: each reduce loop belongs to
+one reduction), `expand_upcast` (a store over UPCAST ranges becomes one store per value, or vector lanes on one
+contiguous axis: vectorize.py) and `lower_reduce` (a REDUCE becomes a DEFINE_REG accumulator, initialised to the
+identity, updated in its loops, read after; UNROLL copies update it in the plain loop's order; a BLOCK split is
+lowered with its store, block.py; with `Target.has_fma` a float sum of products updates with MULACC, docs/ir.md §5).
+The linearizer's ordering is carried by extra sources (the init STORE lists the ranges open around the reduce, the
+in-loop LOAD the init STORE and the reduce loops, the final LOAD reads through an END). docs/codegen.md §1.
 """
 
 from __future__ import annotations

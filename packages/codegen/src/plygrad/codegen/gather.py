@@ -1,26 +1,12 @@
 """Gathers become loads: a reduction that only picks the element whose position equals an index.
 
-The frontend has no gather op. `x[idx]`, `gather`, `take_along_dim` and `Embedding` are one-hot selections (the
-frontend's `_pick`, packages/frontend/.../indexing.py):
-
-    out = REDUCE(ADD, WHERE(idx == CAST(r), x(r), 0), r)        r: a REDUCE range over the indexed axis, size n
-
-which is correct for every index (one out of range matches nothing and reads 0) but costs n loads and compares per
-output element: an embedding lookup over a 30522-word vocabulary did 30522 multiply-adds per output. At most one
-term is not zero, so the sum is that term, exactly (the other terms add +0.0; the load also keeps a -0.0 that the
-sum would have turned into +0.0, which is what PyTorch and NumPy give). This pass rewrites it to
-
-    out = WHERE(valid, x(i), 0)       i = CAST(idx, index), valid = (-1 < i) & (i < n)
-
-where every LOAD of `x` that depended on `r` is gated by `valid` as well (so an out-of-range index never reads
-memory: a gated load is 0, docs/ir.md), and `r` leaves the REDUCE (the whole REDUCE goes when it was its only
-range). A condition that is a conjunction (several indexed axes: `x[i, j]`) is handled one equality at a time, and
-a WHERE nested in the picked value (`x(r)` itself a selection) the same way.
-
-Only an equality between an integer index that does not depend on `r` and `r` itself (or an exact integer cast of
-it: the cast dtype holds 0..n-1) qualifies; a float comparison (2.5 == CAST(r) matches nothing, while CAST(2.5)
-would be 2) or a cast that wraps stays a reduction. The frontend's `arange` reaches codegen as a sum of bits, which
-plygrad.ir's symbolic rules fold back to CAST(r) first (symbolic.merge_bits), so this pass runs after `simplify`.
+The frontend spells `x[idx]`, `gather`, `take_along_dim` and `Embedding` as one-hot selections,
+`REDUCE(ADD, WHERE(idx == CAST(r), x(r), 0), r)`: correct for every index, but n loads per output. At most one term
+is not zero, so this pass rewrites it exactly to `WHERE(valid, x(i), 0)` with `i = CAST(idx, index)` and every load
+of `x` gated by `valid = (-1 < i) & (i < n)` (an out-of-range index reads nothing and gives 0; a picked -0.0 stays
+-0.0). Conjunctions (`x[i, j]`) are handled one equality at a time. Only an integer index free of `r` compared
+with `r` or an exact integer cast of it qualifies (a float comparison or a wrapping cast stays a reduction); it
+runs after `simplify`, which folds `arange` back to CAST(r). docs/codegen.md §1.
 """
 
 from __future__ import annotations

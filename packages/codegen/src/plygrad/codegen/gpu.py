@@ -1,24 +1,11 @@
 """GPU-shaped lowering for targets with workgroups (`Target.has_local`): launch dimensions and workgroup reductions.
 
-Two passes of lower.py, both no-ops on a target without workgroups:
-
-- `gpu_dims` (after `optimize`): every output loop of constant, non-zero size (LOOP) that all the kernel's stores
-  share becomes a GLOBAL range, and a GLOBAL range of symbolic size (or one store's own) becomes a LOOP: a launch
-  size is a number, so a loop bounded by a variable runs serially inside each thread, and so do the loop nests of
-  stores that write different slices. The renderer maps GLOBAL ranges to block indices and LOCAL ranges to thread
-  indices one to one (a LOCAL split only divides), so every thread has an element and no bounds guard is needed.
-- `group_reduce` (after `expand_upcast`, before `lower_reduce`): a REDUCE over a GROUP_REDUCE range `g` (k threads
-  of the workgroup) becomes per-thread partials in workgroup-shared memory and a serial finish:
-
-      partial = REDUCE(value, remaining ranges)        each thread its own slice (g is its thread index)
-      STORE(DEFINE_LOCAL[l, g], partial); END(g)       one slot per thread (l: its LOCAL ranges, if any)
-      BARRIER                                          every partial written before any is read
-      REDUCE(LOAD(DEFINE_LOCAL[l, r]), r) (r: 0..k-1)  every thread sums its row's k slots in one order
-
-  so every thread of the group holds the same bits and the renderer lets the one with group index 0 store them. A
-  serial finish of k <= 1024 slots costs k shared-memory reads (a broadcast: no bank conflicts) and needs no second
-  barrier; a loop around the reduction ends each iteration with one (renderer), so the next iteration's partials
-  never overwrite slots another thread is still reading.
+Two passes of lower.py, both no-ops on a target without workgroups. `gpu_dims` (after `optimize`) makes every
+output LOOP of constant, non-zero size that all stores share a GLOBAL (launch) range, and a GLOBAL of symbolic size
+(or one store's own) a LOOP run serially in each thread. `group_reduce` (before `lower_reduce`) turns a REDUCE over
+a GROUP_REDUCE range into per-thread partials in a DEFINE_LOCAL, a BARRIER, and a serial finish every thread of the
+group computes in the same order, so all hold the same bits and group index 0 stores them. docs/codegen.md §1 and
+§5.
 """
 
 from __future__ import annotations

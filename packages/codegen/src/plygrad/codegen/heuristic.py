@@ -1,61 +1,13 @@
 """The default choice of optimizations (a search such as BEAM can replace it by calling `apply_opts` itself).
 
-Rules of thumb, cheapest first, each justified by what the C compiler does with the result:
-- UNROLL the innermost reduce axis: a small one (<= 8) completely, otherwise by 4 when 4 divides it; the
-  accumulator update becomes straight-line code the compiler can schedule. Where the rows become the vector lanes
-  (a sum over the last axis, read contiguously along it: layer norm's mean) by the vector width W instead, so the
-  W copies of a step read W x W blocks that transpose.py loads as W rows and transposes in registers, not W*W
-  scalar loads (`_gathered_rows`; layer norm's mean of 4096 x 4096: 5.3 -> 2.0 ms). A reduce axis whose values can be
-  vector lanes (`reduce_lanes`: a MAX, or a value calling a vector math op such as softmax's exponentials, loading
-  contiguously along the axis) is UNROLLed by the vector width instead, whichever axis it is.
-- UNROLL the axes of a reduction whose value is a short reduction (<= NESTED_CHAIN_MAX iterations: softmax's max
-  over the keys of recomputed 32-term dot products) by 4, 7, 5 or 3: the copies are independent inner chains in
-  flight together, and the outer accumulator takes them in order (`_nested_chains`). MiniLM's fused scores, one
-  core: 1.98 -> 0.97 ms; its final pooling + normalization kernel 299 -> 91 us.
-- Vector width: UPCAST the innermost output axis by the largest of `target.vector_widths_for(dtype)` that divides
-  it, when every store writes that axis contiguously in a dtype with vectors (vectorize.py turns the UPCAST into
-  vector lanes: one load, op and store per k elements). There is no separate VECTORIZE action (OptOps has none):
-  the width is this UPCAST's amount, so a search expresses it the same way.
-- Register blocking, for matmul-shaped kernels (a reduction, two output axes, the inner one vectorized): UPCAST
-  the next output axis by 4 too, so a 4 x width tile of vector accumulators reuses every vector load 4 times and
-  every broadcast scalar `width` times, with 4 independent accumulation chains. Not where no load is shared by the
-  rows, every reduce runs as vector lanes and 4 rows would overflow L1 and all rows half the L3 (a softmax of
-  4096 x 4096 reads its row three times: from L1 with one row, not with four: `_lane_rows_past_l1`). A long
-  sum's blocked partials keep their 4 rows (4 memory streams per thread): one row each was 5% faster in a C
-  harness while memory was fast, and 6% slower in place while it was slow.
-- Otherwise UPCAST the innermost output axis by 4 when 4 divides it and it has at least 8 iterations: four stores
-  per iteration, and in a reduction four accumulators that reuse each loaded value. In a reduction, by 7, 5 or 3
-  when 4 does not divide it: each accumulator is a chain of dependent adds, and several chains hide their latency
-  (attention's 21 x 21 scores of MiniLM: 7 chains). A reduction's innermost output axis of at most 8 iterations
-  that none of those divide is UPCAST whole, and then the next axis too, up to ACCUMULATOR_CHAINS chains: a
-  convolution's weight gradient, a sum over the batch and pixels into each 3 x 3 window position, runs 9 chains
-  instead of 1 (the main job's conv2 weight gradient: 14.6 -> 2.1 ms a step on one core).
-- Neither UPCAST when the kernel body is large and mostly scalar: an UPCAST copies each op without a vector form
-  (comparisons, selects, casts, integer math) once per lane, so past SCALAR_COPIES_MAX copies the source, and the
-  C compiler's time on it, grow by the amount for a loop overhead such a body no longer notices.
-- THREAD the outermost output axis when the target has several threads and the kernel does enough work for
-  OpenMP's start-up to pay off.
-
-Targets with workgroups (GPUs) take `choose_gpu_opts` instead:
-- Tensor cores first: a matmul-shaped kernel one of `target.tensor_cores` fits (float16/bfloat16 inputs, sizes
-  multiples of the tile) gets TC, 2x2 tiles per warp and up to 2x2 warps per block (tensor_core.py), and nothing
-  else below.
-- GROUP a long reduction (>= GROUP_MIN_REDUCE iterations) whose kernel has few outputs (< GROUP_MAX_OUTPUTS): a
-  handful of blocks cannot fill a GPU, so the threads of one block share each reduction (shared-memory partials).
-  Also, whatever the output count, one whose loads read the reduced axis contiguously (a sum or softmax over the
-  last axis): one thread per row would put neighbouring threads a row apart (uncoalesced), while a block per row
-  has its threads read neighbouring elements. Where the output axis is the contiguous one (a sum over the first
-  axis) the serial form is already coalesced and stays. Only reductions not nested in another reduction's loop are
-  grouped.
-- Vector width: UPCAST the innermost output axis by the widest vector width dividing it whose stores are provably
-  aligned (so each thread moves up to 16 bytes per access): in an elementwise kernel when every store writes the
-  axis contiguously, in a reduction only when its loads also read the axis contiguously (a sum over the first axis,
-  a matmul's columns) so they become vector loads too. Never with GROUP (the block shares one row).
-- UPCAST the row axis of a matmul-shaped kernel (a reduction, two or more output axes) by 4: each thread keeps 4
-  accumulators and reuses every load of the column operand 4 times, while neighbouring threads still read
-  neighbouring columns.
-- LOCAL: up to LOCAL_THREADS threads per block over the output axes, innermost first, each by the largest power of
-  two dividing it (a block of 1 thread where nothing divides: correct, slow).
+`choose_opts` applies rules of thumb for CPU targets, cheapest first, each justified by what the C compiler does
+with the result: UNROLL the innermost reduce axis (by the vector width where rows are lanes), UNROLL short nested
+reductions into independent chains, UPCAST the innermost output axis by a vector width, a register tile for
+matmul-shaped kernels (tiles.py), else UPCAST into several accumulator chains, no UPCAST for large scalar bodies
+(SCALAR_COPIES_MAX), and THREAD when the work pays for OpenMP's start-up. Targets with workgroups take
+`choose_gpu_opts`: tensor cores first, GROUP for long reductions or contiguous rows, aligned vector UPCASTs, 4 rows
+per thread for matmuls, then LOCAL threads. When each rule fires: docs/codegen.md §2, the "heuristic picks it
+when" column.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Linearization: the lowered graph as a flat, ordered list of UOps with explicit loop structure.
 
-Each value is placed in the innermost loop it needs (its loop scope, closed under "a reduce loop sits inside the
-loops open around its reduce"), which hoists loop-invariant code out of inner loops for free. The loops form a
-tree; inside one loop body the statements and the nested loops are ordered topologically (ties keep the graph's
-own order). The result uses:
-
-- `RANGE` to open a loop and `END(RANGE)` to close it;
-- `IF(gate)`, the store, `ENDIF(IF)` for a gated STORE (the store's INDEX loses its gate); the ALU statements
-  that only the store uses, computed after the last loop boundary before it, move inside the IF
-  (`_sink_into_ifs`), so they run only where the gate holds (a blocked matmul's epilogue, block.py);
-- every other statement (ALU, CAST, BITCAST, LOAD, STORE) as itself.
-
-Nodes rendered inline where they are used (constants, parameters, variables, INDEX, RANGE, DEFINE_REG, END
-markers) are not statements. The loop tree is walked with an explicit stack.
+Each value is placed in the innermost loop it needs (its loop scope), which hoists loop-invariant code for free;
+loops form a tree whose bodies are ordered topologically (ties keep the graph's order). The list uses `RANGE` and
+`END(RANGE)` for loops, `IF(gate)`, the store, `ENDIF` for a gated STORE (the ALU statements only that store uses
+move inside the IF: `_sink_into_ifs`), and ALU, CAST, BITCAST, LOAD, STORE statements. Constants, parameters,
+variables, INDEX, RANGE, DEFINE_REG and END markers are rendered inline, not statements. The loop tree is walked
+with an explicit stack. docs/codegen.md §1, "Linearization".
 """
 
 from __future__ import annotations

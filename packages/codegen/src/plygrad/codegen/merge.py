@@ -1,22 +1,12 @@
 """Merged output axes: two output loops that every address reads as one become one loop (CPU targets).
 
-The frontend writes a linear layer on a batch of sequences, `(8, 21, 384) @ W.T`, as a product over axes
-(b, i, j, k); the weight depends on neither b nor i, and `x` and the output address them as `(b*21 + i)*384`.
-Tiles, packs and threads see two short row axes (8 and 21), while the product is one of 168 rows: 21 rows are too
-few to pack the weight (tiles.py) and take odd tile heights. This pass (before `simplify`, on targets without
-workgroups) replaces such a pair of LOOP ranges a (outer, size na) and b (inner, size nb) by one range m of size
-na*nb wherever
-
-- the kernel is a reduction with an operand that depends on neither (the weight: a and b are rows of a
-  matmul-shaped kernel; other kernels keep their axes, and with them the axis ids their `Opt`s name);
-- both have constant sizes, and b is the next output axis after a;
-- every use of a or b is index math that ends in an INDEX's address (not a gate, not a value: `arange` compares
-  its index, so such a kernel keeps its axes) or the range lists of END;
-- every such address is a polynomial (transpose.py's `polynomial`) in which a and b appear only as `ca*a + cb*b`
-  with ca == nb*cb: the address is then `rest + cb*(nb*a + b)`, and m takes the place of `nb*a + b`.
-
-Pairs merge until none is left (a (2, 8, 21) batch of rows becomes one axis of 336). The merged kernel performs
-the same loads and stores at the same addresses in the same order, so no result changes.
+`(8, 21, 384) @ W.T` reaches codegen as axes (b, i, j, k) that `x` and the output address as `(b*21 + i)*384`:
+two short row axes where tiles and packs want one of 168. Before `simplify`, on targets without workgroups, a pair
+of constant-size LOOP ranges a, b (b the next output axis after a) becomes one range of size na*nb when the kernel
+is a reduction with an operand that depends on neither, every use of a or b is index math ending in an INDEX
+address (or END's range list), and every such address is a polynomial with `ca*a + cb*b`, `ca == nb*cb`. Pairs
+merge until none is left. Loads and stores stay the same, in the same order, so no result changes.
+docs/codegen.md §1 (`merge_axes`).
 """
 
 from __future__ import annotations

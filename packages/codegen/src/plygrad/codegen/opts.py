@@ -1,25 +1,11 @@
 """The optimization stage: `Opt` actions applied to a kernel's ranges.
 
-An action names a RANGE by its axis id (`RANGE.arg[0]`, unique within a kernel) and splits or marks it:
-
-| action   | applies to axes of type   | effect                                                                   |
-|----------|---------------------------|--------------------------------------------------------------------------|
-| UPCAST   | LOOP, GLOBAL, THREAD      | r -> r_outer*k + r_inner, r_inner an UPCAST range (unrolled into k stores) |
-| UNROLL   | REDUCE                    | r -> r_outer*k + r_inner, r_inner an UNROLL range (k updates per step)   |
-| LOCAL    | LOOP, GLOBAL (has_local)  | r -> r_outer*k + r_inner, r_inner a LOCAL range (workgroup threads)      |
-| GROUP    | REDUCE (has_local)        | r -> r_outer*k + r_inner, r_inner a GROUP_REDUCE range                   |
-| THREAD   | LOOP, GLOBAL              | marks r as a THREAD range: the C renderer runs it with OpenMP            |
-| TC       | REDUCE (tensor cores)     | axis: the matmul's reduce axis (K); amount: the index of one of          |
-|          |                           | `target.tensor_cores`. M, N, K become warp tiles (tensor_core.py)        |
-| BLOCK    | REDUCE (CPU)              | r -> r_block*k + r_inner, r_block a BLOCK loop around the output loops   |
-|          |                           | (cache blocking; partial values kept in the output: block.py)            |
-| TILE     | LOOP                      | r -> r_outer*k + r_inner, r_inner a LOOP nested inside the output loops  |
-|          |                           | after r (loop tiling: a block of rows runs over every column panel)      |
-
-The outer part keeps the axis id, the inner part gets the next free id, so later actions can address either;
-BLOCK is the exception: its inner part keeps the id (and the reduction's loop order), the BLOCK range is new.
-`apply_opts` is the public entry a search (BEAM) drives; anything that does not apply raises `OptError` naming
-the action, the axis and what would be valid. The split itself is a rule table on the rewrite engine.
+An action names a RANGE by its axis id (`RANGE.arg[0]`, unique within a kernel) and splits or marks it: UPCAST,
+UNROLL, LOCAL, GROUP, THREAD, TC, BLOCK and TILE (the table of docs/codegen.md §2). The outer part of a split keeps
+the axis id, the inner part gets the next free id, so later actions can address either; BLOCK is the exception (its
+inner part keeps the id). `apply_opts` is the public entry a search (BEAM) drives; anything that does not apply
+raises `OptError` naming the action, the axis and what would be valid. The split itself is a rule table on the
+rewrite engine.
 """
 
 from __future__ import annotations

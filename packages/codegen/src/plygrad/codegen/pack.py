@@ -1,35 +1,12 @@
 """Packed panels: on a CPU, a vector operand that inner loops reread is copied once into a contiguous local buffer.
 
-A matmul's register tile streams a panel of `b` (KC rows of its V*W columns) once per tile of rows (tiles.py). The
-panel's rows lie a row of `b` apart, N*4 bytes: for N a power of two they share a few L1 sets and the panel never
-stays in the L1, every reduce step reading V vectors from the L2. This pass (before `transpose_gathers`, on
-targets without workgroups) finds each such operand and gives it a buffer of its own:
-
-    for ... outer loops the load depends on (the panel j, the reduce block kb) ...:
-        local[p] = LOAD(b[idx(p)])   for p over copies of the inner ranges (the reduce steps k): the pack loop
-        for ... a loop the load does not depend on (the rows' tiles i): its reuse ...
-            for k: ... LOAD(local[k]) ...    was LOAD(b[idx(k)])
-
-The buffer is a DEFINE_LOCAL, read in the order it was written: contiguous, 64-byte aligned. The pack loop sits
-where its own loads need it: inside the loops its addresses depend on. The C renderer declares the buffer on the
-stack and makes it private to each OpenMP thread when the pack runs inside the thread loop (a CPU workgroup is one
-thread); a pack that depends on no loop the threads split runs once before them, and they share it. An operand is
-packed when
-
-- it is a vector LOAD of a kernel input (a PARAM no STORE of the kernel writes), ungated, or a vector gathered
-  lane by lane from one such input (a VECTORIZE of distinct ungated loads: `x @ W.T`'s weight) whose lanes each
-  run contiguously along the innermost reduce range. The pack loop reads such a one W steps at a time: W copies
-  that read a W x W block with contiguous rows, which transpose.py loads as W row vectors and transposes in
-  registers, so the transpose happens once per pack instead of once per row tile. A gathered vector that no
-  register transpose takes (transpose.py's `gather_blocks`: a convolution's weight read along its output channels,
-  whose 3-wide window is too short to transpose) is packed lane by lane, where the loops between the pack and its
-  reduce loops reread it at least once per lane;
-- the loops its address does not depend on, inside the innermost one it does outside them (the reuse loops), run
-  at least twice together, and the loops inside them that the address depends on include a reduction's;
-- every THREAD loop is outside the reuse loop (a reuse only across threads is none: each would pack for itself);
-- the kernel's packed buffers take at most PACK_BYTES together (the first loads in graph order are taken).
-
-The pack loop copies exactly the elements the load would have read, so no result changes.
+A matmul's register tile rereads a panel of `b` once per tile of rows (tiles.py); rows a power of two apart share
+a few L1 sets, so the panel never stays in the L1. This pass (before `transpose_gathers`, on targets without
+workgroups) puts a pack loop just outside the loop that rereads the operand, copying what it reads into a
+DEFINE_LOCAL buffer (contiguous, 64-byte aligned, private to each OpenMP thread where the pack runs inside the
+thread loop), and reads it from there. Gathered operands are packed W steps at a time for transpose.py, or lane by
+lane. Which operands qualify (PACK_BYTES per kernel) is in docs/codegen.md §2.2, step 7. The pack loop copies
+exactly the elements the load would have read, so no result changes.
 """
 
 from __future__ import annotations

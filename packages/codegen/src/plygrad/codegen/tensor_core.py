@@ -1,56 +1,12 @@
 """Tensor cores: the `TC` action turns a matmul-shaped reduction into warp-level matrix-multiply-accumulate tiles.
 
-A tensor core (`TensorCore`, one of `Target.tensor_cores`) computes D[M,N] = A[M,K] @ B[K,N] + C[M,N] for one tile
-with the `threads` lanes of a warp together: each lane holds a few elements of A, B and C (its *fragments*), at
-positions the instruction fixes. For `mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}` (PTX ISA, "Matrix Fragments
-for mma.m16n8k16 with floating point type"), with `group = lane >> 2` and `member = lane % 4`:
-
-| operand | elements per lane | row of element i                  | column of element i                       |
-|---------|-------------------|-----------------------------------|-------------------------------------------|
-| A 16x16 | 8                 | group + 8 * ((i // 2) % 2)        | 2 * member + i % 2 + 8 * (i // 4)         |
-| B 16x8  | 4                 | 2 * member + i % 2 + 8 * (i // 2) | group                                     |
-| C/D 16x8| 4 (float32)       | group + 8 * (i // 2)              | 2 * member + i % 2                        |
-
-**The action.** `Opt(TC, axis, amount)`: `axis` is the reduce axis (the K of the matmul), `amount` picks
-`target.tensor_cores[amount]`. The kernel must be matmul-shaped: one `REDUCE(ADD)` over that axis alone, of the
-tensor core's output dtype, of `MUL(x, y)` where x and y are values of its input dtype — loads, or anything computed
-per element such as a cast from another dtype — each possibly through a CAST to the output dtype (the frontend's
-float16 matmul is `CAST(LOAD)` on both sides); an output axis only x reads (M) and one only y reads
-(N) — of several, the one with the highest axis id, and the side whose axis id is higher is B — every store indexed
-by both, and sizes M, N, K multiples of the tile. Batch axes (read by both factors) and an epilogue on the sum (a
-bias, a cast on the store) stay as they are. Anything else is an `OptError` naming what does not fit.
-
-**The rewrite** (`apply_tensor_core`): with `m = m_o*16 + m_i`, `n = n_o*8 + n_i`, `k = k_o*16 + k_i` (an outer part
-keeps the axis id, and disappears when it would run once) and a new LOCAL range `lane` of 32:
-
-    a = VECTORIZE(x with (m_i, k_i) at A's element i, i = 0..7)            float16.vec(8)
-    b = VECTORIZE(y with (k_i, n_i) at B's element i, i = 0..3)            float16.vec(4)
-    W = WMMA(a, b, VECTORIZE(0, 0, 0, 0))                                  float32.vec(4), arg the TensorCore
-    store_j = the store with REDUCE -> REDUCE(ADD, GEP(W, j), k_o) and (m_i, n_i) at C's element j, j = 0..3
-
-so the k loop is four scalar float accumulators, each summing its lane of tile products. Keeping the REDUCEs scalar
-(rather than one float32.vec(4) accumulator) lets every existing pass handle them unchanged — gpu_dims makes the tile
-axes the grid, expand_upcast copies stores and reductions for several tiles per warp (UPCAST on the tile axes),
-lower_reduce makes the accumulators — and no vector value leaves the tensor-core statement, so a renderer without
-vector locals can render it. `fuse_accumulators` (a pass right after lower_reduce) then folds `acc_j + GEP(W, j)`
-for the four lanes into `GEP(WMMA(a, b, VECTORIZE(acc_0..acc_3)), j)`: the instruction accumulates in place.
-
-The lane is the only LOCAL range both fragments depend on (`warp_lanes` in renderer/cuda_mma.py); the cuda renderer
-makes it `threadIdx.x`, so a warp is 32 consecutive threads and lane = threadIdx.x % 32 as the hardware counts it.
-LOCAL on the tile axes puts several warps in a block (`choose_tensor_core_opts`: the heuristic's choice).
-
-**Other instructions.** The layout is a property of the tensor core's shape and lane count (`LAYOUTS`, keyed by
-`(dims, threads)`): each `FragmentLayout` says how a lane splits into the two indices its positions use (`split`)
-and where element i of A, B and C sits. Besides mma.sync's, codegen lowers AMD's 16x16x16 tiles (`Target.hip`),
-with `col = lane % 16` and `half = lane // 16`:
-
-| instruction (lanes) | A element i (per lane) | B element i        | C/D element i          |
-|---------------------|------------------------|--------------------|------------------------|
-| RDNA3 WMMA (32)     | (col, i), 16           | (i, col), 16       | (2*i + half, col), 8   |
-| CDNA MFMA (64)      | (col, 4*half + i), 4   | (4*half + i, col), 4 | (4*half + i, col), 4 |
-
-(WMMA's lanes 16..31 hold copies of lanes 0..15's A and B elements, as the instruction reads them.) The rewrite,
-the accumulators and the fusion are the same for every layout; only the counts and positions differ.
+A tensor core (`TensorCore`, one of `Target.tensor_cores`) computes one D = A @ B + C tile with the lanes of a warp
+together, each lane holding the elements (fragments) the instruction fixes; `LAYOUTS` gives each `FragmentLayout`,
+keyed by `(dims, threads)`: NVIDIA's mma.sync m16n8k16, AMD's RDNA3 WMMA and CDNA MFMA. `apply_tensor_core` splits
+M, N and K into tiles plus a LOCAL `lane` range and rewrites the reduction as a WMMA over VECTORIZEd fragments with
+four scalar REDUCE accumulators, so every later pass handles them unchanged; `fuse_accumulators` (after
+lower_reduce) makes the instruction accumulate in place. What fits (else `OptError`), the fragment tables and how
+it is checked without a GPU: docs/codegen.md §5.1 (mma.sync) and §5.3 (AMD).
 """
 
 from __future__ import annotations

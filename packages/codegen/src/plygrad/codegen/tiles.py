@@ -1,60 +1,11 @@
 """Register tiles and cache blocks for matmul-shaped kernels on a CPU (the part of `choose_opts` for them).
 
-A matmul-shaped kernel is one reduction (`out[..., i, j] = sum_k f(a[.., i, .., k], b[.., k, .., j])`, a
-convolution's window sum included) whose innermost output axis `j` is stored contiguously in a dtype with vectors.
-Its speed is set by how many vector operations each load feeds and whether the loads hit the cache; the plan:
-
-1. **Vector lanes** along `j`: UPCAST by the target's widest vector width W dividing it (16 floats with AVX-512).
-   Where that is narrower than the target's widest (a convolution's rows of 56 floats take 8), or there is none
-   (a weight gradient's 3x3 window), an output axis the
-   widest divides whose loads depend on no other output axis (`channel_axis`: the convolution's output channels,
-   along which only the weight is read) takes the lanes instead: the weight is gathered (pack.py packs it lane by
-   lane where it is reread), the input a broadcast per row of the tile, and the stores lane by lane at the end of
-   each reduction (vectorize.py). A 3x3 conv of 64 channels over 56x56 images, on two cores: 8-float rows x 16
-   channels, 88 ms; 14 rows x 16 channels, 38 ms. The main job's conv2 weight gradient, one core: 2.1 ms with 9
-   scalar chains (heuristic.py), 1.3 with 16 channels x 3 window columns.
-2. **Register tile** of R rows x V vectors: UPCAST `j` again by V (V vectors side by side) and the *row axis* by
-   R. The row axis is the output axis whose value no vector load depends on (a matmul's `i`, a convolution's
-   output channel): each vector load of `b` then serves R rows and each broadcast element of `a` serves V vectors,
-   so a reduce step costs V vector loads + R broadcasts for 2*R*V vector operations, with R*V independent
-   accumulator chains to hide the add latency. R*V accumulators must stay in registers with room for the loads:
-   at most ACCUMULATORS_WIDE (16) where the target's widest vector is 64 bytes (AVX-512 has 32 registers),
-   ACCUMULATORS (8) otherwise (AVX2 has 16). `tile_shape` takes the most accumulators, then the fewest loads per
-   step, then the most rows: 4x4 for a matmul, 16x1 for a convolution row of 7 vectors. An operand that is
-   strided along `j` (`a @ b.T`: both operands read along K) is gathered: one vector per tile, and as many rows
-   as fit to share each gather. Where it is contiguous along the innermost reduce loop (nn.Linear's (out, in)
-   weight, attention's keys) that loop is UNROLLed by W, and the W copies of a step read a W x W block, loaded as
-   W rows and transposed in registers (transpose.py) instead of W*W scalar loads; the transposed vectors need W
-   registers, so the tile keeps TRANSPOSED_ROWS (8) rows. On a CPU with at least PACKED_GATHER_ROWS rows sharing
-   it (the row axis times the batch axes it does not depend on) such an operand is packed instead (pack.py: the
-   pack loop transposes each block once per panel) and tiled like a contiguous one.
-3. **Reduce loop innermost**, not unrolled when the tile is that large (the body is already 2*R*V ops, and
-   unrolling multiplies the compile time for nothing); a window axis of <= FULL_UNROLL_MAX (a 3x3 kernel's) is.
-4. **Cache block** of the reduction (BLOCK, block.py): a tile streams K rows of the `b` panel (its V*W columns);
-   those rows must stay in the cache while the next tile of rows reads them again. A panel pack.py packs is
-   contiguous: KC is the largest divisor of K whose packed panel fits `packed_panel_bytes` (two thirds of the
-   L1; matmul 1024, one core: 137 GFLOP/s at KC 128, 115 at 256). A gathered panel stays where it is, in the L2
-   (`target.cache_sizes[1]`, DEFAULT_L2 where unknown). How many of its rows do is not the L2 size over the row
-   size when the rows are a power of two apart: they then share a few cache sets (`panel_rows`; rows of 8 KiB
-   stride in a 2 MiB L2: 256, not 8192), and KC keeps the panel within half of that (the other half holds `a`'s
-   block and the outputs), at least MIN_BLOCK iterations. All tiles then finish block 0 before block 1 begins; the
-   partial sums wait in the output (bit-identical results). Measured before packing on a 2-core Xeon (2 MiB L2):
-   matmul 1024 at KC 64/128/256/none: 133/145/155/90 GFLOP/s; 2048 at 64/128/256: 117/131/99.
-5. **Row blocks** (TILE): with the loops in the order above, every panel of `b` streams all of `a` again from
-   the L3 (matmul 2048: 32 panels per thread, 16 MiB each). TILE splits the row tiles into blocks of
-   ROW_BLOCK_TILES (64 rows of a 4-row tile) whose inner part runs inside the panel loop: `a`'s block
-   (64 rows x KC) then stays in the L2 while every panel of the reduce block passes over it, and the blocks go to
-   the threads. Measured on a 2-core Xeon (same binary, same run, FMA on): matmul 1024 148 -> 161 GFLOP/s, 2048
-   160 -> 222 (blocks of 8/16/32/64 tiles at 2048: 130/222/215/216). Applied where the rows make at least two
-   blocks and `b` is not gathered.
-6. **Threads** on the panel axis: THREAD the outer part of `j` when its tiles split evenly over the threads (a
-   multiple of the thread count, or BALANCE per thread), so each thread owns whole panels and the loop nest is
-   THREAD j -> BLOCK k -> i -> tile -> k (a panel block of `b` reused by every row while it is in cache); else
-   the first output axis that splits evenly (a convolution: 7 panels and 32 images), else the one with the most
-   tiles. When `b` is gathered (`a @ b.T`) there is no panel to keep, and a batch axis that splits evenly goes
-   first (attention scores: 96 heads, each thread whole heads). With row blocks, a batch axis that splits evenly
-   goes first, then the row blocks.
-
+A matmul-shaped kernel is one reduction whose innermost output axis `j` is stored contiguously in a dtype with
+vectors (a convolution's window sum included). `register_tile` plans, in order: vector lanes along `j` (or a
+channel axis, `channel_axis`); a register tile of R rows x V vectors (`tile_shape`, bounded by ACCUMULATORS or
+ACCUMULATORS_WIDE); the reduce loop innermost; a cache block of the reduction (BLOCK, sized by
+`packed_panel_bytes` or the L2 and `panel_rows`); row blocks (TILE, ROW_BLOCK_TILES); threads on the panel axis.
+Each step and why it pays is in docs/codegen.md §2.2; measurements live in bench/ and the commit messages.
 Anything else keeps the general rules of heuristic.py (`register_tile` returns None).
 """
 

@@ -1,41 +1,12 @@
 """Vector lanes: one UPCAST axis of a store becomes the lanes of vector values instead of k scalar copies.
 
-The "vector width" of a kernel is the amount of the UPCAST whose axis a store indexes contiguously (stride 1) when
-the stored dtype has vectors of that width (else, for a reduction, of an UPCAST its accumulated value depends on
-whose amount is a vector ALU width: `vector_axis`): `Target.vector_widths_for(dtype)` lists the widths, and the
-renderer's `VectorForms` (renderer/base.py) says what it can do with them. `expand_upcast` (expand.py) unrolls
-every other UPCAST axis into scalar copies as before and hands each copy to `vectorize_store`, which rewrites the
-store's value graph over that axis `u` of k lanes. Every node gets one of three forms:
-
-- the node itself, when it does not depend on `u` (shared by all lanes: a load of `a[i, r]` in a matmul);
-- a vector node of dtype `dtype.vec(k)`: a contiguous LOAD (one vector load from the lane-0 address), an ALU op
-  the renderer has as a vector op (VECTOR_OPS, and `VectorForms.math`: C's float32 EXP2), a REDUCE over a vector
-  value (a vector accumulator);
-- `Lanes`: k scalar nodes, exactly the copies scalar unrolling would make (`u` replaced by 0..k-1). Anything
-  without a vector form stays this way (strided loads, loads gated by lane where the renderer lacks
-  `VectorForms.lane_gates`, casts, integers, float16; comparisons and selects of dtypes without
-  `VectorForms.masks`). Where the renderer has masks (C: float32), a comparison is a `bool` vector of lane masks,
-  AND/OR/XOR combine them and a WHERE selects lanes by one.
-
-An op becomes a vector op only when one of its operands already is a vector; its other operands are packed
-(VECTORIZE of the lanes, or a broadcast of a shared scalar). A scalar use of a vector takes its lane with GEP. A
-contiguous store of a vector value is one vector STORE, anything else k scalar stores. Lane j computes the same
-operations on the same values as scalar copy j, in the same order, so results are bit-identical to unrolling.
-
-Memory-only vectors. A dtype in `VectorForms.memory` but not in `.alu` (every dtype on a GPU, where arithmetic is
-scalar per thread and float16 computes in float) has vectors only where memory is touched: a contiguous load is one
-vector LOAD whose lanes are taken apart with GEP for the scalar ops, and a contiguous store packs its k scalar lanes
-with a VECTORIZE into one vector STORE. k need not be a width itself: it is moved in k/w accesses of the widest
-width w of the target's that divides it (8 float32 lanes are two float4 accesses).
-
-Alignment. Where the renderer's vector accesses must be aligned (`VectorForms.aligned`: CUDA), an access of w
-lanes is made only when its lane-0 element index is provably a multiple of w (alignment.py; the buffer itself
-starts aligned by the program contract); otherwise the next narrower width that is proven, down to scalar lanes,
-which are always correct. Without that requirement (C) an access is never narrowed.
-
-In the lowered graph a vector LOAD/STORE is a LOAD whose dtype (or a STORE whose value's dtype) is a vector while
-its INDEX is the scalar pointer at its first lane: that many consecutive elements from there. Renderers with
-`aligned=False` must not assume alignment; the others may assume the size's alignment.
+`expand_upcast` (expand.py) hands each scalar copy of a store to `vectorize_store`, which rewrites its value graph
+over the vector axis `u` (`vector_axis`). Every node becomes itself (it does not depend on `u`), a vector node of
+`dtype.vec(k)` (a contiguous LOAD, a vector ALU op or math function, a vector REDUCE accumulator, lane masks), or
+`Lanes`: the k scalar copies unrolling would make. Memory-only dtypes (a GPU's) are vectors only where memory is
+touched, in pieces of the target's widths; where accesses must be aligned, only provably aligned ones are made
+(alignment.py). Lane j computes what scalar copy j would, in the same order, so results are bit-identical to
+unrolling. The rules, node by node: docs/codegen.md §2.1.
 """
 
 from __future__ import annotations
