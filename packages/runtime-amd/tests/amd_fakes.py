@@ -1,9 +1,8 @@
 """A stand-in for libamdhip64 with the runtime functions the backend calls, for machines without an AMD GPU.
 
 It is not the thing under test: the tests check our wrapper (error names and messages, the argument buffer, the
-current device, the allocator's copies, event timing) by watching what it asks of the runtime. Memory is host
-memory: `hipMalloc` hands out fake device addresses backed by bytearrays, and the copies go through ctypes addresses
-the way the real runtime reads them. Out-pointers arrive as `ctypes.pointer` objects, written through `[0]`.
+current device, the allocator's copies, event timing) by watching what it asks of the runtime. Memory, modules and
+events are plygrad.runtime.testing's `FakeGPU`; this names them as libamdhip64 does.
 """
 
 from __future__ import annotations
@@ -12,6 +11,8 @@ import ctypes
 import struct
 from dataclasses import dataclass, field
 from typing import Any
+
+from plygrad.runtime.testing import FakeGPU
 
 ERROR_NAMES = {0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory", 100: "hipErrorNoDevice",
                101: "hipErrorInvalidDevice", 200: "hipErrorInvalidImage", 500: "hipErrorNotFound",
@@ -30,27 +31,14 @@ class Launch:
 
 
 @dataclass
-class FakeHip:
+class FakeHip(FakeGPU):
     """Answers like libamdhip64 for `gpus` devices of arch `arch`; `kernels` names the kernels a module holds."""
 
-    gpus: int = 2
-    arch: str = "gfx90a:sramecc+:xnack-"
-    init_status: int = 0
-    count_status: int = 0
-    free_bytes: int = 2 << 30
     total_bytes: int = 64 << 30
+    arch: str = "gfx90a:sramecc+:xnack-"
+    count_status: int = 0
     kernels: set[str] = field(default_factory=set)
-    current: int = 0
-    memory: dict[int, bytearray] = field(default_factory=dict)
     launches: list[Launch] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)
-    _next: int = 0x7F0000000000
-    _functions: dict[int, str] = field(default_factory=dict)
-    _events: dict[int, bool] = field(default_factory=dict)
-
-    def _handle(self) -> int:
-        self._next += 0x1000
-        return self._next
 
     def hipGetErrorName(self, status: int) -> bytes:
         return ERROR_NAMES.get(status, "").encode()
@@ -91,54 +79,34 @@ class FakeHip:
         return 0
 
     def hipMemGetInfo(self, free: Any, total: Any) -> int:
-        free[0], total[0] = self.free_bytes, self.total_bytes
-        return 0
+        return self.mem_info(free, total)
 
     def hipMalloc(self, out: Any, nbytes: int) -> int:
-        if nbytes > self.free_bytes:
-            return 2
-        pointer = self._handle()
-        self.memory[pointer] = bytearray(nbytes)
-        self.calls.append(f"alloc {nbytes} on {self.current}")
-        out[0] = pointer
-        return 0
+        return self.alloc(out, nbytes, f"on {self.current}")
 
     def hipFree(self, pointer: int) -> int:
-        return 0 if self.memory.pop(pointer, None) is not None else 1
+        return self.free(pointer)
 
     def hipMemcpy(self, dst: int, src: int, nbytes: int, kind: int) -> int:
         if kind == 1:
-            self.memory[dst][:nbytes] = ctypes.string_at(src, nbytes)
-        elif kind == 2:
-            ctypes.memmove(dst, bytes(self.memory[src][:nbytes]), nbytes)
-        elif kind == 3:
-            self.memory[dst][:nbytes] = self.memory[src][:nbytes]
-            self.calls.append(f"dtod on {self.current}")
-        else:
-            return 1
-        return 0
+            return self.copy_to_device(dst, src, nbytes)
+        if kind == 2:
+            return self.copy_to_host(dst, src, nbytes)
+        if kind == 3:
+            return self.copy_on_device(dst, src, nbytes, f"dtod on {self.current}")
+        return 1
 
     def hipMemcpyPeer(self, dst: int, dst_device: int, src: int, src_device: int, nbytes: int) -> int:
-        self.memory[dst][:nbytes] = self.memory[src][:nbytes]
-        self.calls.append(f"peer {src_device} -> {dst_device}")
-        return 0
+        return self.copy_on_device(dst, src, nbytes, f"peer {src_device} -> {dst_device}")
 
     def hipModuleLoadData(self, out: Any, image: bytes) -> int:
-        if not image.startswith(b"\x7fELF"):
-            return 200
-        out[0] = self._handle()
-        return 0
+        return self.module_load(out, image)
 
     def hipModuleUnload(self, module: int) -> int:
         return 0
 
     def hipModuleGetFunction(self, out: Any, module: int, name: bytes) -> int:
-        if name.decode() not in self.kernels:
-            return 500
-        handle = self._handle()
-        self._functions[handle] = name.decode()
-        out[0] = handle
-        return 0
+        return self.module_function(out, name, name.decode() in self.kernels)
 
     def hipModuleLaunchKernel(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,
                               shared: int, stream: Any, params: Any, extra: Any) -> int:
@@ -153,22 +121,16 @@ class FakeHip:
         return 0
 
     def hipEventCreate(self, out: Any) -> int:
-        handle = self._handle()
-        self._events[handle] = False
-        out[0] = handle
-        return 0
+        return self.event_create(out)
 
     def hipEventRecord(self, event: int, stream: Any) -> int:
-        self._events[event] = True
-        return 0
+        return self.event_record(event, stream)
 
     def hipEventSynchronize(self, event: int) -> int:
-        return 0 if self._events[event] else 600
+        return self.event_synchronize(event)
 
     def hipEventElapsedTime(self, out: Any, start: int, end: int) -> int:
-        out[0] = 1.5  # milliseconds
-        return 0
+        return self.event_elapsed(out, start, end)
 
     def hipEventDestroy(self, event: int) -> int:
-        del self._events[event]
-        return 0
+        return self.event_destroy(event)

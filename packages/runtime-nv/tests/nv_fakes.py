@@ -1,9 +1,8 @@
 """A stand-in for libcuda with the driver functions the backend calls, for machines without a GPU.
 
 It is not the thing under test: the tests check our wrapper (error names and messages, argument packing, context
-activation, the allocator's copies, event timing) by watching what it asks of the driver. Memory is host memory:
-`cuMemAlloc` hands out fake device addresses backed by bytearrays, and the copies go through ctypes addresses the
-way the real driver reads them. Out-pointers arrive as `ctypes.pointer` objects, written through `[0]`.
+activation, the allocator's copies, event timing) by watching what it asks of the driver. Memory, modules and
+events are plygrad.runtime.testing's `FakeGPU`; this names them as libcuda does.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 from typing import Any
+
+from plygrad.runtime.testing import FakeGPU
 
 ERROR_NAMES = {0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
                34: "CUDA_ERROR_STUB_LIBRARY", 100: "CUDA_ERROR_NO_DEVICE", 200: "CUDA_ERROR_INVALID_IMAGE",
@@ -29,26 +30,12 @@ class Launch:
 
 
 @dataclass
-class FakeCuda:
+class FakeCuda(FakeGPU):
     """Answers like libcuda for `gpus` devices; `kernels` maps a kernel name to its parameter sizes."""
 
-    gpus: int = 2
-    init_status: int = 0
-    free_bytes: int = 2 << 30
-    total_bytes: int = 80 << 30
     kernels: dict[str, tuple[int, ...]] = field(default_factory=dict)
     attributes: dict[int, int] = field(default_factory=lambda: dict(H100_ATTRIBUTES))
-    current: int = 0  # the context made current last
-    memory: dict[int, bytearray] = field(default_factory=dict)
     launches: list[Launch] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)
-    _next: int = 0x7F0000000000
-    _functions: dict[int, str] = field(default_factory=dict)
-    _events: dict[int, bool] = field(default_factory=dict)
-
-    def _handle(self) -> int:
-        self._next += 0x1000
-        return self._next
 
     def cuGetErrorName(self, status: int, out: Any) -> int:
         if status not in ERROR_NAMES:
@@ -96,57 +83,36 @@ class FakeCuda:
         return 0
 
     def cuMemGetInfo_v2(self, free: Any, total: Any) -> int:
-        free[0], total[0] = self.free_bytes, self.total_bytes
-        return 0
+        return self.mem_info(free, total)
 
     def cuMemAlloc_v2(self, out: Any, nbytes: int) -> int:
-        if nbytes > self.free_bytes:
-            return 2
         if nbytes == 0:
             return 1  # the real driver refuses zero bytes too
-        pointer = self._handle()
-        self.memory[pointer] = bytearray(nbytes)
-        self.calls.append(f"alloc {nbytes} in {self.current:#x}")
-        out[0] = pointer
-        return 0
+        return self.alloc(out, nbytes, f"in {self.current:#x}")
 
     def cuMemFree_v2(self, pointer: int) -> int:
-        return 0 if self.memory.pop(pointer, None) is not None else 1
+        return self.free(pointer)
 
     def cuMemcpyHtoD_v2(self, dst: int, src: int, nbytes: int) -> int:
-        self.memory[dst][:nbytes] = ctypes.string_at(src, nbytes)
-        return 0
+        return self.copy_to_device(dst, src, nbytes)
 
     def cuMemcpyDtoH_v2(self, dst: int, src: int, nbytes: int) -> int:
-        ctypes.memmove(dst, bytes(self.memory[src][:nbytes]), nbytes)
-        return 0
+        return self.copy_to_host(dst, src, nbytes)
 
     def cuMemcpyDtoD_v2(self, dst: int, src: int, nbytes: int) -> int:
-        self.memory[dst][:nbytes] = self.memory[src][:nbytes]
-        self.calls.append("dtod")
-        return 0
+        return self.copy_on_device(dst, src, nbytes, "dtod")
 
     def cuMemcpyPeer(self, dst: int, dst_ctx: int, src: int, src_ctx: int, nbytes: int) -> int:
-        self.memory[dst][:nbytes] = self.memory[src][:nbytes]
-        self.calls.append(f"peer {src_ctx:#x} -> {dst_ctx:#x}")
-        return 0
+        return self.copy_on_device(dst, src, nbytes, f"peer {src_ctx:#x} -> {dst_ctx:#x}")
 
     def cuModuleLoadData(self, out: Any, image: bytes) -> int:
-        if not image.startswith(b"\x7fELF"):
-            return 200
-        out[0] = self._handle()
-        return 0
+        return self.module_load(out, image)
 
     def cuModuleUnload(self, module: int) -> int:
         return 0
 
     def cuModuleGetFunction(self, out: Any, module: int, name: bytes) -> int:
-        if name.decode() not in self.kernels:
-            return 500
-        handle = self._handle()
-        self._functions[handle] = name.decode()
-        out[0] = handle
-        return 0
+        return self.module_function(out, name, name.decode() in self.kernels)
 
     def cuFuncGetParamInfo(self, function: int, index: int, offset: Any, size: Any) -> int:
         sizes = self.kernels[self._functions[function]]
@@ -167,22 +133,16 @@ class FakeCuda:
         return 0
 
     def cuEventCreate(self, out: Any, flags: int) -> int:
-        handle = self._handle()
-        self._events[handle] = False
-        out[0] = handle
-        return 0
+        return self.event_create(out)
 
     def cuEventRecord(self, event: int, stream: Any) -> int:
-        self._events[event] = True
-        return 0
+        return self.event_record(event, stream)
 
     def cuEventSynchronize(self, event: int) -> int:
-        return 0 if self._events[event] else 600  # CUDA_ERROR_NOT_READY: never recorded
+        return self.event_synchronize(event)
 
     def cuEventElapsedTime(self, out: Any, start: int, end: int) -> int:
-        out[0] = 1.5  # milliseconds
-        return 0
+        return self.event_elapsed(out, start, end)
 
     def cuEventDestroy_v2(self, event: int) -> int:
-        del self._events[event]
-        return 0
+        return self.event_destroy(event)
