@@ -2,7 +2,7 @@
 
 It is not the thing under test: the tests check our wrapper (error names and messages, the argument buffer, the
 current device, the allocator's copies, event timing) by watching what it asks of the runtime. Memory, modules and
-events are plygrad.runtime.testing's `FakeGPU`; this names them as libamdhip64 does.
+events are plygrad.runtime.testing_gpu's `FakeGPU`; this names them as libamdhip64 does.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from plygrad.runtime.testing import FakeGPU
+from plygrad.runtime.testing_gpu import FakeGPU
 
 ERROR_NAMES = {0: "hipSuccess", 1: "hipErrorInvalidValue", 2: "hipErrorOutOfMemory", 100: "hipErrorNoDevice",
                101: "hipErrorInvalidDevice", 200: "hipErrorInvalidImage", 500: "hipErrorNotFound",

@@ -1,4 +1,7 @@
-"""AMDBackend over a stand-in runtime (amd_fakes.FakeHip): what it asks of the HIP runtime for each plugin-API call."""
+"""AMDBackend over a stand-in runtime (amd_fakes.FakeHip): what it asks of the HIP runtime for each plugin-API call.
+
+The checks every GPU backend shares (allocator, copies, timed launches, synchronize) are plygrad.runtime.testing_gpu's
+`FakeGPUBackendChecks`, run here by `TestAMDOverFakeRuntime`; the rest are AMD's own."""
 
 from __future__ import annotations
 
@@ -9,23 +12,36 @@ from plygrad.backends.amd.backend import AMDAllocator, AMDBackend
 from plygrad.backends.amd.compiler import AMDCompiler, find_toolchain
 from plygrad.backends.amd.hip import HipOutOfMemoryError, HipRuntime
 from plygrad.ir.target import Target
-from plygrad.runtime.errors import BackendError, CompileError
-from plygrad.runtime.plugin import Allocator, Compiler
+from plygrad.runtime.errors import BackendError
+from plygrad.runtime.testing_gpu import FakeGPU, FakeGPUBackendChecks, NoCompiler
 
 CODE_OBJECT = b"\x7fELF" + bytes(60)  # the fake runtime only looks at the magic
 
 
-class NoCompiler(Compiler):
-    """These tests load prepared binaries; a toolchain is not what they are about (test_compiler.py is)."""
-
-    cache_key = "none"
-
-    def compile(self, source: str) -> bytes:
-        raise CompileError("not used here")
-
-
 def _open(fake: FakeHip, name: str = "AMD", ordinal: int = 0) -> AMDBackend:
+    # these tests load prepared binaries; a toolchain is not what they are about (test_compiler.py is)
     return AMDBackend(name, HipRuntime(fake), ordinal, NoCompiler())
+
+
+class TestAMDOverFakeRuntime(FakeGPUBackendChecks):
+    binary = CODE_OBJECT
+    allocator_type = AMDAllocator
+
+    def make_fake(self, kernel: str | None = None, **fields: object) -> FakeGPU:
+        return FakeHip(kernels=set() if kernel is None else {kernel}, **fields)
+
+    def open(self, fake: FakeGPU, ordinal: int = 0) -> AMDBackend:
+        assert isinstance(fake, FakeHip)
+        return _open(fake, "AMD" if ordinal == 0 else f"AMD:{ordinal}", ordinal)
+
+    def alloc_call(self, nbytes: int, ordinal: int) -> str:
+        return f"alloc {nbytes} on {ordinal}"
+
+    def sync_call(self, ordinal: int) -> str:
+        return f"sync {ordinal}"
+
+    def transfer_calls(self) -> list[str]:
+        return ["dtod on 0", "sync 0", "peer 0 -> 1"]
 
 
 @pytest.mark.parametrize(("arch", "lanes"), [("gfx90a:sramecc+:xnack-", 64), ("gfx1100", 32), ("gfx1030", None)])
@@ -51,74 +67,10 @@ def test_device_index_beyond_the_gpus_says_which_exist() -> None:
         _open(FakeHip(gpus=0))
 
 
-@pytest.mark.parametrize("size", [1, 3, 4096])
-def test_allocator_round_trip_on_the_devices_own_gpu(size: int) -> None:
-    fake = FakeHip()
-    second = _open(fake, "AMD:1", 1)
-    _open(fake)  # makes GPU 0 current: the allocator must switch back
-    data = bytes((i * 7 + 3) % 256 for i in range(size))
-    handle = second.allocator.alloc(size)
-    assert fake.calls[-1] == f"alloc {size} on 1", "memory of AMD:1 is allocated on GPU 1"
-    second.allocator.copyin(handle, memoryview(data))  # read-only source
-    out = bytearray(size)
-    second.allocator.copyout(memoryview(out), handle)
-    assert bytes(out) == data
-    second.allocator.free(handle)
-    assert handle not in fake.memory
-
-
-def test_copyin_accepts_typed_views() -> None:
-    fake = FakeHip()
-    allocator = _open(fake).allocator
-    handle = allocator.alloc(8)
-    allocator.copyin(handle, memoryview(bytearray(range(8))).cast("i"))
-    assert fake.memory[handle] == bytearray(range(8))
-
-
-def test_zero_bytes_need_no_runtime_call() -> None:
-    fake = FakeHip()
-    allocator = _open(fake).allocator
-    handle = allocator.alloc(0)
-    allocator.copyin(handle, memoryview(b""))
-    allocator.copyout(memoryview(bytearray()), handle)
-    allocator.free(handle)
-    assert handle == 0 and not fake.memory
-
-
 def test_out_of_memory_is_a_memory_error() -> None:
     with pytest.raises(MemoryError, match="hipMalloc: hipErrorOutOfMemory, asked 3 GiB, 2 GiB free"):
         _open(FakeHip(free_bytes=2 << 30)).allocator.alloc(3 << 30)
     assert issubclass(HipOutOfMemoryError, BackendError)
-
-
-class _HostAllocator(Allocator[int]):
-    """Another backend's allocator: AMD cannot read it directly."""
-
-    def alloc(self, nbytes: int) -> int:
-        return 0
-
-    def free(self, handle: int) -> None:
-        return
-
-    def copyin(self, handle: int, src: memoryview) -> None:
-        return
-
-    def copyout(self, dst: memoryview, handle: int) -> None:
-        return
-
-
-def test_copies_between_devices_go_peer_to_peer_and_within_one_device_to_device() -> None:
-    fake = FakeHip()
-    first, second = _open(fake), _open(fake, "AMD:1", 1)
-    a, b = first.allocator, second.allocator
-    assert isinstance(a, AMDAllocator) and isinstance(b, AMDAllocator)
-    src, same, other = a.alloc(4), a.alloc(4), b.alloc(4)
-    a.copyin(src, memoryview(b"\x01\x02\x03\x04"))
-    assert a.transfer(same, a, src, 4)
-    assert b.transfer(other, a, src, 4)
-    assert fake.memory[same] == fake.memory[other] == bytearray(b"\x01\x02\x03\x04")
-    assert fake.calls[-3:] == ["dtod on 0", "sync 0", "peer 0 -> 1"]
-    assert not a.transfer(same, _HostAllocator(), 0, 4), "another kind of device goes through the host"
 
 
 def test_launch_passes_buffers_then_variables_in_one_buffer_on_the_devices_gpu() -> None:
@@ -132,14 +84,6 @@ def test_launch_passes_buffers_then_variables_in_one_buffer_on_the_devices_gpu()
     assert (launch.grid, launch.block, launch.arguments) == ((4, 1, 1), (64, 1, 1), (out, src, 7, -2))
     assert launch.markers == (1, 2, 3), "HIP_LAUNCH_PARAM_BUFFER_POINTER, _SIZE, _END"
     assert fake.calls[-1] == "launch scale on 1"
-
-
-def test_a_timed_launch_returns_the_event_time_in_seconds() -> None:
-    fake = FakeHip(kernels={"k"})
-    backend = _open(fake)
-    program = backend.load("k", CODE_OBJECT)
-    assert program([backend.allocator.alloc(4)], (1, 1, 1), (1, 1, 1), [], wait=True) == pytest.approx(0.0015)
-    assert not fake._events, "the timing events are destroyed after use"
 
 
 def test_a_launch_the_device_cannot_run_is_refused_before_the_runtime() -> None:
@@ -159,11 +103,3 @@ def test_load_names_a_missing_kernel_and_the_expected_signature() -> None:
     with pytest.raises(BackendError, match=r"the code object has no kernel 'E_4'.*hipErrorNotFound.*"
                                            r'extern "C" __attribute__\(\(global\)\) void E_4'):
         _open(FakeHip(kernels={"other"})).load("E_4", CODE_OBJECT)
-
-
-def test_synchronize_waits_on_the_devices_gpu() -> None:
-    fake = FakeHip()
-    first, second = _open(fake), _open(fake, "AMD:1", 1)
-    second.synchronize()
-    first.synchronize()
-    assert fake.calls[-2:] == ["sync 1", "sync 0"]

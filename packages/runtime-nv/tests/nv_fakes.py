@@ -2,7 +2,7 @@
 
 It is not the thing under test: the tests check our wrapper (error names and messages, argument packing, context
 activation, the allocator's copies, event timing) by watching what it asks of the driver. Memory, modules and
-events are plygrad.runtime.testing's `FakeGPU`; this names them as libcuda does.
+events are plygrad.runtime.testing_gpu's `FakeGPU`; this names them as libcuda does.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import ctypes
 from dataclasses import dataclass, field
 from typing import Any
 
-from plygrad.runtime.testing import FakeGPU
+from plygrad.runtime.testing_gpu import FakeGPU
 
 ERROR_NAMES = {0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
                34: "CUDA_ERROR_STUB_LIBRARY", 100: "CUDA_ERROR_NO_DEVICE", 200: "CUDA_ERROR_INVALID_IMAGE",

@@ -1,4 +1,7 @@
-"""NVBackend over a stand-in driver (nv_fakes.FakeCuda): what it asks of the driver for each plugin-API call."""
+"""NVBackend over a stand-in driver (nv_fakes.FakeCuda): what it asks of the driver for each plugin-API call.
+
+The checks every GPU backend shares (allocator, copies, timed launches, synchronize) are plygrad.runtime.testing_gpu's
+`FakeGPUBackendChecks`, run here by `TestNVOverFakeDriver`; the rest are NV's own."""
 
 from __future__ import annotations
 
@@ -10,23 +13,36 @@ from plygrad.backends.nv.compiler import NVCompiler
 from plygrad.backends.nv.driver import CudaDriver, CudaOutOfMemoryError
 from plygrad.backends.nv.target import cuda_target
 from plygrad.ir.target import Target
-from plygrad.runtime.errors import BackendError, CompileError
-from plygrad.runtime.plugin import Allocator, Compiler
+from plygrad.runtime.errors import BackendError
+from plygrad.runtime.testing_gpu import FakeGPU, FakeGPUBackendChecks, NoCompiler
 
 CUBIN = b"\x7fELF" + bytes(60)  # the fake driver only looks at the magic
 
 
-class NoCompiler(Compiler):
-    """These tests load prepared binaries; a toolchain is not what they are about (test_compiler.py is)."""
-
-    cache_key = "none"
-
-    def compile(self, source: str) -> bytes:
-        raise CompileError("not used here")
-
-
 def _open(fake: FakeCuda, name: str = "NV", ordinal: int = 0) -> NVBackend:
+    # these tests load prepared binaries; a toolchain is not what they are about (test_compiler.py is)
     return NVBackend(name, CudaDriver(fake), ordinal, NoCompiler())
+
+
+class TestNVOverFakeDriver(FakeGPUBackendChecks):
+    binary = CUBIN
+    allocator_type = NVAllocator
+
+    def make_fake(self, kernel: str | None = None, **fields: object) -> FakeGPU:
+        return FakeCuda(kernels={} if kernel is None else {kernel: (8,)}, **fields)
+
+    def open(self, fake: FakeGPU, ordinal: int = 0) -> NVBackend:
+        assert isinstance(fake, FakeCuda)
+        return _open(fake, "NV" if ordinal == 0 else f"NV:{ordinal}", ordinal)
+
+    def alloc_call(self, nbytes: int, ordinal: int) -> str:
+        return f"alloc {nbytes} in {0xc0 + ordinal:#x}"  # in the GPU's primary context
+
+    def sync_call(self, ordinal: int) -> str:
+        return f"sync {0xc0 + ordinal:#x}"
+
+    def transfer_calls(self) -> list[str]:
+        return ["dtod", "sync 0xc0", "peer 0xc0 -> 0xc1"]
 
 
 def test_target_and_limits_come_from_the_device() -> None:
@@ -64,73 +80,10 @@ def test_device_index_beyond_the_gpus_says_which_exist() -> None:
         _open(FakeCuda(gpus=0))
 
 
-@pytest.mark.parametrize("size", [1, 3, 4096])
-def test_allocator_round_trip_in_the_devices_context(size: int) -> None:
-    fake = FakeCuda()
-    second = _open(fake, "NV:1", 1)
-    data = bytes((i * 7 + 3) % 256 for i in range(size))
-    handle = second.allocator.alloc(size)
-    assert fake.calls[-1] == f"alloc {size} in 0xc1", "memory of NV:1 is allocated in GPU 1's context"
-    second.allocator.copyin(handle, memoryview(data))  # read-only source
-    out = bytearray(size)
-    second.allocator.copyout(memoryview(out), handle)
-    assert bytes(out) == data
-    second.allocator.free(handle)
-    assert handle not in fake.memory
-
-
-def test_copyin_accepts_typed_views() -> None:
-    fake = FakeCuda()
-    allocator = _open(fake).allocator
-    handle = allocator.alloc(8)
-    allocator.copyin(handle, memoryview(bytearray(range(8))).cast("i"))
-    assert fake.memory[handle] == bytearray(range(8))
-
-
-def test_zero_bytes_need_no_driver_call() -> None:
-    fake = FakeCuda()
-    allocator = _open(fake).allocator
-    handle = allocator.alloc(0)
-    allocator.copyin(handle, memoryview(b""))
-    allocator.copyout(memoryview(bytearray()), handle)
-    allocator.free(handle)
-    assert handle == 0 and not fake.memory
-
-
 def test_out_of_memory_is_a_memory_error() -> None:
     with pytest.raises(MemoryError, match="cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY, asked 3 GiB, 2 GiB free"):
         _open(FakeCuda(free_bytes=2 << 30)).allocator.alloc(3 << 30)
     assert issubclass(CudaOutOfMemoryError, BackendError)
-
-
-def test_copies_between_devices_go_peer_to_peer_and_within_one_device_to_device() -> None:
-    fake = FakeCuda()
-    first, second = _open(fake), _open(fake, "NV:1", 1)
-    a, b = first.allocator, second.allocator
-    assert isinstance(a, NVAllocator) and isinstance(b, NVAllocator)
-    src, same, other = a.alloc(4), a.alloc(4), b.alloc(4)
-    a.copyin(src, memoryview(b"\x01\x02\x03\x04"))
-    assert a.transfer(same, a, src, 4)
-    assert b.transfer(other, a, src, 4)
-    assert fake.memory[same] == fake.memory[other] == bytearray(b"\x01\x02\x03\x04")
-    assert fake.calls[-3:] == ["dtod", "sync 0xc0", "peer 0xc0 -> 0xc1"]
-    assert not a.transfer(same, _HostAllocator(), 0, 4), "another kind of device goes through the host"
-
-
-class _HostAllocator(Allocator[int]):
-    """Another backend's allocator: NV cannot read it directly."""
-
-    def alloc(self, nbytes: int) -> int:
-        return 0
-
-    def free(self, handle: int) -> None:
-        return
-
-    def copyin(self, handle: int, src: memoryview) -> None:
-        return
-
-    def copyout(self, dst: memoryview, handle: int) -> None:
-        return
 
 
 def test_launch_passes_buffers_then_variables_in_the_devices_context() -> None:
@@ -142,14 +95,6 @@ def test_launch_passes_buffers_then_variables_in_the_devices_context() -> None:
     launch = fake.launches[-1]
     assert (launch.grid, launch.block, launch.arguments) == ((4, 1, 1), (32, 1, 1), [out, src, 7])
     assert fake.calls[-1] == "launch scale in 0xc1"
-
-
-def test_a_timed_launch_returns_the_event_time_in_seconds() -> None:
-    fake = FakeCuda(kernels={"k": (8,)})
-    backend = _open(fake)
-    program = backend.load("k", CUBIN)
-    assert program([backend.allocator.alloc(4)], (1, 1, 1), (1, 1, 1), [], wait=True) == pytest.approx(0.0015)
-    assert not fake._events, "the timing events are destroyed after use"
 
 
 def test_a_launch_that_disagrees_with_the_kernel_signature_is_refused() -> None:
@@ -169,11 +114,3 @@ def test_load_names_a_missing_kernel_and_the_expected_signature() -> None:
     with pytest.raises(BackendError, match=r"the cubin has no kernel 'E_4'.*CUDA_ERROR_NOT_FOUND.*"
                                            r'extern "C" __global__ void E_4'):
         _open(FakeCuda(kernels={"other": ()})).load("E_4", CUBIN)
-
-
-def test_synchronize_waits_on_the_devices_context() -> None:
-    fake = FakeCuda()
-    first, second = _open(fake), _open(fake, "NV:1", 1)
-    second.synchronize()
-    first.synchronize()
-    assert fake.calls[-2:] == ["sync 0xc1", "sync 0xc0"]

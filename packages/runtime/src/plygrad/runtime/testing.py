@@ -11,13 +11,12 @@ Skips are raised as `unittest.SkipTest`, which pytest reports as skips, so the s
 The suite is renderer-agnostic: kernels are small KERNEL-stage ASTs lowered for the backend's own `Target` through
 the installed `plygrad.codegen` entry point (skipped, saying so, when none is installed), run with `run_linear`, and
 checked against plain-Python references. Every other check (memory round trips of many sizes including 0, compile
-errors, synchronize) runs without codegen. Also here for backends' own tests: `isolated_runtime` (and its pytest
-fixture, `isolated_runtime_fixture`) and `FakeGPU`, the driver-independent half of a stand-in GPU driver library.
+errors, synchronize) runs without codegen. Also here for backends' own tests: `isolated_runtime` and its pytest
+fixture, `isolated_runtime_fixture`; stand-in GPU drivers and the checks over them are in `testing_gpu`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import sys
@@ -25,7 +24,6 @@ import unittest
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,95 +87,6 @@ def isolated_runtime_fixture() -> Any:
             yield
 
     return pytest.fixture(autouse=True)(isolated_runtime_per_test)
-
-
-@dataclass
-class FakeGPU:
-    """The half of a stand-in GPU driver library (libcuda, libamdhip64) that does not depend on the driver, for
-    backends' tests on machines without the GPU: device memory as bytearrays at fake addresses, modules that are
-    any ELF image, events, and the `calls` a test watches. A subclass names the driver's functions and calls these
-    helpers, which return the driver's status (0 success, 1 invalid value, 2 out of memory, 200 invalid image,
-    500 not found, 600 not ready: the numbers CUDA and HIP share). Out-pointers are written through `[0]`."""
-
-    gpus: int = 2
-    init_status: int = 0
-    free_bytes: int = 2 << 30
-    total_bytes: int = 80 << 30
-    current: int = 0  # the context or device made current last
-    memory: dict[int, bytearray] = field(default_factory=dict)
-    calls: list[str] = field(default_factory=list)
-    _next: int = 0x7F0000000000
-    _functions: dict[int, str] = field(default_factory=dict)
-    _events: dict[int, bool] = field(default_factory=dict)
-
-    def _handle(self) -> int:
-        self._next += 0x1000
-        return self._next
-
-    def mem_info(self, free: Any, total: Any) -> int:
-        free[0], total[0] = self.free_bytes, self.total_bytes
-        return 0
-
-    def alloc(self, out: Any, nbytes: int, where: str) -> int:
-        if nbytes > self.free_bytes:
-            return 2
-        pointer = self._handle()
-        self.memory[pointer] = bytearray(nbytes)
-        self.calls.append(f"alloc {nbytes} {where}")
-        out[0] = pointer
-        return 0
-
-    def free(self, pointer: int) -> int:
-        return 0 if self.memory.pop(pointer, None) is not None else 1
-
-    def copy_to_device(self, dst: int, src: int, nbytes: int) -> int:
-        self.memory[dst][:nbytes] = ctypes.string_at(src, nbytes)
-        return 0
-
-    def copy_to_host(self, dst: int, src: int, nbytes: int) -> int:
-        ctypes.memmove(dst, bytes(self.memory[src][:nbytes]), nbytes)
-        return 0
-
-    def copy_on_device(self, dst: int, src: int, nbytes: int, call: str) -> int:
-        self.memory[dst][:nbytes] = self.memory[src][:nbytes]
-        self.calls.append(call)
-        return 0
-
-    def module_load(self, out: Any, image: bytes) -> int:
-        if not image.startswith(b"\x7fELF"):
-            return 200
-        out[0] = self._handle()
-        return 0
-
-    def module_function(self, out: Any, name: bytes, known: bool) -> int:
-        """A handle for kernel `name` when the module has it (`known`), remembered by name."""
-        if not known:
-            return 500
-        handle = self._handle()
-        self._functions[handle] = name.decode()
-        out[0] = handle
-        return 0
-
-    def event_create(self, out: Any) -> int:
-        handle = self._handle()
-        self._events[handle] = False
-        out[0] = handle
-        return 0
-
-    def event_record(self, event: int, stream: Any) -> int:
-        self._events[event] = True
-        return 0
-
-    def event_synchronize(self, event: int) -> int:
-        return 0 if self._events[event] else 600  # not ready: never recorded
-
-    def event_elapsed(self, out: Any, start: int, end: int) -> int:
-        out[0] = 1.5  # milliseconds
-        return 0
-
-    def event_destroy(self, event: int) -> int:
-        del self._events[event]
-        return 0
 
 
 @contextmanager

@@ -1,0 +1,216 @@
+"""Stand-in GPU drivers for backends' tests, and the plugin-API checks a GPU backend runs over its stand-in.
+
+`FakeGPU` is the driver-independent half of a stand-in driver library (libcuda, libamdhip64): memory, modules,
+events and the call log; a backend's fake names the driver's functions and calls its helpers. `FakeGPUBackendChecks`
+checks a backend's allocator, copies, timed launches, loads and synchronize against such a fake: a backend's test
+class subclasses it and says how to open the backend and what its driver calls look like. No pytest import needed
+(docs/backends.md, "The shared plumbing").
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any
+
+from plygrad.runtime.errors import CompileError
+from plygrad.runtime.plugin import Allocator, Backend, Compiler
+
+
+@dataclass
+class FakeGPU:
+    """The half of a stand-in GPU driver library (libcuda, libamdhip64) that does not depend on the driver, for
+    backends' tests on machines without the GPU: device memory as bytearrays at fake addresses, modules that are
+    any ELF image, events, and the `calls` a test watches. A subclass names the driver's functions and calls these
+    helpers, which return the driver's status (0 success, 1 invalid value, 2 out of memory, 200 invalid image,
+    500 not found, 600 not ready: the numbers CUDA and HIP share). Out-pointers are written through `[0]`."""
+
+    gpus: int = 2
+    init_status: int = 0
+    free_bytes: int = 2 << 30
+    total_bytes: int = 80 << 30
+    current: int = 0  # the context or device made current last
+    memory: dict[int, bytearray] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    _next: int = 0x7F0000000000
+    _functions: dict[int, str] = field(default_factory=dict)
+    _events: dict[int, bool] = field(default_factory=dict)
+
+    def _handle(self) -> int:
+        self._next += 0x1000
+        return self._next
+
+    def mem_info(self, free: Any, total: Any) -> int:
+        free[0], total[0] = self.free_bytes, self.total_bytes
+        return 0
+
+    def alloc(self, out: Any, nbytes: int, where: str) -> int:
+        if nbytes > self.free_bytes:
+            return 2
+        pointer = self._handle()
+        self.memory[pointer] = bytearray(nbytes)
+        self.calls.append(f"alloc {nbytes} {where}")
+        out[0] = pointer
+        return 0
+
+    def free(self, pointer: int) -> int:
+        return 0 if self.memory.pop(pointer, None) is not None else 1
+
+    def copy_to_device(self, dst: int, src: int, nbytes: int) -> int:
+        self.memory[dst][:nbytes] = ctypes.string_at(src, nbytes)
+        return 0
+
+    def copy_to_host(self, dst: int, src: int, nbytes: int) -> int:
+        ctypes.memmove(dst, bytes(self.memory[src][:nbytes]), nbytes)
+        return 0
+
+    def copy_on_device(self, dst: int, src: int, nbytes: int, call: str) -> int:
+        self.memory[dst][:nbytes] = self.memory[src][:nbytes]
+        self.calls.append(call)
+        return 0
+
+    def module_load(self, out: Any, image: bytes) -> int:
+        if not image.startswith(b"\x7fELF"):
+            return 200
+        out[0] = self._handle()
+        return 0
+
+    def module_function(self, out: Any, name: bytes, known: bool) -> int:
+        """A handle for kernel `name` when the module has it (`known`), remembered by name."""
+        if not known:
+            return 500
+        handle = self._handle()
+        self._functions[handle] = name.decode()
+        out[0] = handle
+        return 0
+
+    def event_create(self, out: Any) -> int:
+        handle = self._handle()
+        self._events[handle] = False
+        out[0] = handle
+        return 0
+
+    def event_record(self, event: int, stream: Any) -> int:
+        self._events[event] = True
+        return 0
+
+    def event_synchronize(self, event: int) -> int:
+        return 0 if self._events[event] else 600  # not ready: never recorded
+
+    def event_elapsed(self, out: Any, start: int, end: int) -> int:
+        out[0] = 1.5  # milliseconds
+        return 0
+
+    def event_destroy(self, event: int) -> int:
+        del self._events[event]
+        return 0
+
+
+class NoCompiler(Compiler):
+    """For tests that load prepared binaries: a toolchain is not what they are about."""
+
+    cache_key = "none"
+
+    def compile(self, source: str) -> bytes:
+        raise CompileError("not used here")
+
+
+class ForeignAllocator(Allocator[int]):
+    """Another backend's allocator, which a GPU backend's `transfer` cannot read directly."""
+
+    def alloc(self, nbytes: int) -> int:
+        return 0
+
+    def free(self, handle: int) -> None:
+        return
+
+    def copyin(self, handle: int, src: memoryview) -> None:
+        return
+
+    def copyout(self, dst: memoryview, handle: int) -> None:
+        return
+
+
+class FakeGPUBackendChecks:
+    """What every GPU backend over a `FakeGPU` must do for the plugin API. A subclass named Test... sets `binary`
+    (bytes its `load` takes), `make_fake(**fields)` (its fake; `kernel` names one kernel the module holds),
+    `open(fake, ordinal)` (the backend for device `ordinal`) and the call-log lines its driver writes."""
+
+    binary: bytes = b"\x7fELF" + bytes(60)  # the fakes only look at the magic
+    # the class of the backend's allocator (transfer between two of them needs no host)
+    allocator_type: type[Allocator[Any]]
+
+    def make_fake(self, kernel: str | None = None, **fields: Any) -> FakeGPU:
+        raise NotImplementedError
+
+    def open(self, fake: FakeGPU, ordinal: int = 0) -> Backend:
+        raise NotImplementedError
+
+    def alloc_call(self, nbytes: int, ordinal: int) -> str:
+        """The call-log line of allocating `nbytes` on device `ordinal`."""
+        raise NotImplementedError
+
+    def sync_call(self, ordinal: int) -> str:
+        raise NotImplementedError
+
+    def transfer_calls(self) -> list[str]:
+        """The call-log lines of a copy within device 0, then from device 0 to device 1."""
+        raise NotImplementedError
+
+    def test_allocator_round_trip_on_the_devices_own_gpu(self) -> None:
+        for size in (1, 3, 4096):
+            fake = self.make_fake()
+            second = self.open(fake, 1)
+            self.open(fake)  # makes GPU 0 current: the allocator must switch back
+            data = bytes((i * 7 + 3) % 256 for i in range(size))
+            handle = second.allocator.alloc(size)
+            assert fake.calls[-1] == self.alloc_call(size, 1), "memory of device 1 is allocated on GPU 1"
+            second.allocator.copyin(handle, memoryview(data))  # read-only source
+            out = bytearray(size)
+            second.allocator.copyout(memoryview(out), handle)
+            assert bytes(out) == data
+            second.allocator.free(handle)
+            assert handle not in fake.memory
+
+    def test_copyin_accepts_typed_views(self) -> None:
+        fake = self.make_fake()
+        allocator = self.open(fake).allocator
+        handle = allocator.alloc(8)
+        allocator.copyin(handle, memoryview(bytearray(range(8))).cast("i"))
+        assert fake.memory[handle] == bytearray(range(8))
+
+    def test_zero_bytes_need_no_driver_call(self) -> None:
+        fake = self.make_fake()
+        allocator = self.open(fake).allocator
+        handle = allocator.alloc(0)
+        allocator.copyin(handle, memoryview(b""))
+        allocator.copyout(memoryview(bytearray()), handle)
+        allocator.free(handle)
+        assert handle == 0 and not fake.memory
+
+    def test_copies_between_devices_go_peer_to_peer_and_within_one_device_to_device(self) -> None:
+        fake = self.make_fake()
+        a, b = self.open(fake).allocator, self.open(fake, 1).allocator
+        assert isinstance(a, self.allocator_type) and isinstance(b, self.allocator_type)
+        src, same, other = a.alloc(4), a.alloc(4), b.alloc(4)
+        a.copyin(src, memoryview(b"\x01\x02\x03\x04"))
+        assert a.transfer(same, a, src, 4)
+        assert b.transfer(other, a, src, 4)
+        assert fake.memory[same] == fake.memory[other] == bytearray(b"\x01\x02\x03\x04")
+        assert fake.calls[-3:] == self.transfer_calls()
+        assert not a.transfer(same, ForeignAllocator(), 0, 4), "another kind of device goes through the host"
+
+    def test_a_timed_launch_returns_the_event_time_in_seconds(self) -> None:
+        fake = self.make_fake(kernel="k")
+        backend = self.open(fake)
+        program = backend.load("k", self.binary)
+        seconds = program([backend.allocator.alloc(4)], (1, 1, 1), (1, 1, 1), [], wait=True)
+        assert seconds is not None and abs(seconds - 0.0015) < 1e-9, seconds
+        assert not fake._events, "the timing events are destroyed after use"
+
+    def test_synchronize_waits_on_the_devices_gpu(self) -> None:
+        fake = self.make_fake()
+        first, second = self.open(fake), self.open(fake, 1)
+        second.synchronize()
+        first.synchronize()
+        assert fake.calls[-2:] == [self.sync_call(1), self.sync_call(0)]
