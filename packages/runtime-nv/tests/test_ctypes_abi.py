@@ -6,8 +6,6 @@ function expects (64-bit device pointers, the kernelParams array, NULL streams, 
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,27 +14,15 @@ import pytest
 from plygrad.backends.nv import driver as driver_module
 from plygrad.backends.nv.backend import NVBackend
 from plygrad.backends.nv.driver import CudaDriver, CudaOutOfMemoryError, load_driver
-from plygrad.runtime.errors import BackendError, CompileError
-from plygrad.runtime.plugin import Compiler
+from plygrad.runtime.errors import BackendError
+from plygrad.runtime.testing_gpu import NoCompiler, assert_round_trip, build_stub_library
 
 CUBIN = b"\x7fELF" + bytes(60)
 
 
-class NoCompiler(Compiler):
-    cache_key = "none"
-
-    def compile(self, source: str) -> bytes:
-        raise CompileError("not used here")
-
-
 @pytest.fixture(scope="module")
 def stub_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    assert cc, "these tests build libcuda_stub.c and need a C compiler (cc, gcc or clang)"
-    out = tmp_path_factory.mktemp("stub") / "libcuda_stub.so"
-    source = Path(__file__).with_name("libcuda_stub.c")
-    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-o", str(out), str(source)], check=True)
-    return out
+    return build_stub_library(Path(__file__).with_name("libcuda_stub.c"), tmp_path_factory.mktemp("stub"))
 
 
 @pytest.fixture
@@ -64,14 +50,8 @@ def test_load_driver_declares_and_inits(stub: tuple[CudaDriver, ctypes.CDLL]) ->
 
 def test_memory_round_trip_through_64_bit_pointers(stub: tuple[CudaDriver, ctypes.CDLL]) -> None:
     backend = NVBackend("NV", stub[0], 0, NoCompiler())
-    data = bytes(range(256)) * 5
-    handle = backend.allocator.alloc(len(data))
+    handle = assert_round_trip(backend.allocator, bytes(range(256)) * 5)
     assert handle > 0
-    backend.allocator.copyin(handle, memoryview(data))
-    out = bytearray(len(data))
-    backend.allocator.copyout(memoryview(out), handle)
-    assert bytes(out) == data
-    backend.allocator.free(handle)
     backend.synchronize()
 
 

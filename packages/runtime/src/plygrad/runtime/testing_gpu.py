@@ -10,9 +10,13 @@ class subclasses it and says how to open the backend and what its driver calls l
 from __future__ import annotations
 
 import ctypes
+import shutil
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from plygrad.runtime.compiling import run_tool
 from plygrad.runtime.errors import CompileError
 from plygrad.runtime.plugin import Allocator, Backend, Compiler
 
@@ -129,6 +133,29 @@ class ForeignAllocator(Allocator[int]):
 
     def copyout(self, dst: memoryview, handle: int) -> None:
         return
+
+
+def build_stub_library(source: Path, folder: Path) -> Path:
+    """Build a C stand-in for a driver library (`source`, e.g. libcuda_stub.c) into `folder` with the system C
+    compiler, for tests of the ctypes prototypes end to end; AssertionError when there is no C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    assert cc, f"these tests build {source.name} and need a C compiler (cc, gcc or clang)"
+    out = folder / source.with_suffix(".so").name
+    done = run_tool([cc, "-O1", "-shared", "-fPIC", "-o", str(out), str(source)])
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout, done.stderr)
+    return out
+
+
+def assert_round_trip(allocator: Allocator[Any], data: bytes) -> Any:
+    """Copy `data` into a new buffer and back out, check it came back whole, free the buffer; the handle it had."""
+    handle = allocator.alloc(len(data))
+    allocator.copyin(handle, memoryview(data))
+    out = bytearray(len(data))
+    allocator.copyout(memoryview(out), handle)
+    assert bytes(out) == data, "the bytes copied out are not the bytes copied in"
+    allocator.free(handle)
+    return handle
 
 
 class FakeGPUBackendChecks:
