@@ -10,22 +10,10 @@ import struct
 import pytest
 
 from plygrad.backends.amd import compiler as compiler_module
-from plygrad.backends.amd.compiler import SEMANTIC_FLAGS, AMDCompiler, Toolchain, find_toolchain
+from plygrad.backends.amd.compiler import SEMANTIC_FLAGS, AMDCompiler, Toolchain, find_toolchain, installed_toolchains
 from plygrad.runtime.errors import BackendError, CompileError
 
-
-def _available() -> list[str]:
-    kinds = []
-    for kind in ("hiprtc", "clang"):
-        try:
-            find_toolchain(kind)
-        except BackendError:
-            continue
-        kinds.append(kind)
-    return kinds
-
-
-TOOLCHAINS = _available()
+TOOLCHAINS = installed_toolchains()
 # EF_AMDGPU_MACH_AMDGCN_* of each arch
 MACH = {"gfx90a": 0x3F, "gfx942": 0x4C, "gfx1100": 0x41}
 

@@ -7,22 +7,17 @@ import struct
 
 import pytest
 
-from plygrad.backends.nv.compiler import SEMANTIC_FLAGS, NVCompiler, Toolchain, find_nvrtc_library, find_toolchain
+from plygrad.backends.nv.compiler import (
+    SEMANTIC_FLAGS,
+    NVCompiler,
+    Toolchain,
+    find_nvrtc_library,
+    find_toolchain,
+    installed_toolchains,
+)
 from plygrad.runtime.errors import BackendError, CompileError
 
-
-def _available() -> list[str]:
-    kinds = []
-    for kind in ("nvrtc", "nvcc"):
-        try:
-            find_toolchain(kind)
-        except BackendError:
-            continue
-        kinds.append(kind)
-    return kinds
-
-
-TOOLCHAINS = _available()
+TOOLCHAINS = installed_toolchains()
 ARCHS = ("sm_80", "sm_90")
 
 SAXPY = """\

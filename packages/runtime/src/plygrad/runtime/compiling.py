@@ -174,3 +174,14 @@ class ToolchainCache(Generic[T]):
                 return self._found[candidate]
         needs = self.wanted[kind] if kind is not None else " or ".join(self.wanted.values())
         raise BackendError(f"no {self.what}: the {self.backend} backend needs {needs}")
+
+    def installed(self) -> list[str]:
+        """The kinds that `find` finds here, in the order they are tried."""
+        found = []
+        for kind in self.wanted:
+            try:
+                self.find(kind)
+            except BackendError:
+                continue
+            found.append(kind)
+        return found

@@ -104,6 +104,11 @@ def find_toolchain(kind: str | None = None) -> Toolchain:
     return _TOOLCHAINS.find(kind)
 
 
+def installed_toolchains() -> list[str]:
+    """The kinds of toolchain installed here, in the order `find_toolchain` tries them."""
+    return _TOOLCHAINS.installed()
+
+
 def _open_toolchain(kind: str) -> Toolchain | None:
     if kind == "hiprtc":
         for name in HIPRTC_LIBRARIES:
