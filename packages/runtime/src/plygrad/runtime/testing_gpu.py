@@ -1,23 +1,26 @@
-"""Stand-in GPU drivers for backends' tests, and the plugin-API checks a GPU backend runs over its stand-in.
+"""Stand-in GPU drivers for backends' tests, and the checks a GPU backend runs over its stand-in.
 
 `FakeGPU` is the driver-independent half of a stand-in driver library (libcuda, libamdhip64): memory, modules,
 events and the call log; a backend's fake names the driver's functions and calls its helpers. `FakeGPUBackendChecks`
-checks a backend's allocator, copies, timed launches, loads and synchronize against such a fake: a backend's test
-class subclasses it and says how to open the backend and what its driver calls look like. No pytest import needed
-(docs/backends.md, "The shared plumbing").
+checks a backend's allocator, copies, timed launches and synchronize against such a fake (a backend's test class
+subclasses it). The registry checks (`library_opens`, `assert_recorded_unavailable`, `listing_line`, ...) are for a
+backend that may not open here. No pytest import needed (docs/backends.md, "The shared plumbing").
 """
 
 from __future__ import annotations
 
 import ctypes
+import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from plygrad.runtime.compiling import run_tool
-from plygrad.runtime.errors import CompileError
+from plygrad.runtime.device import BackendStatus, Device
+from plygrad.runtime.errors import BackendError, CompileError
 from plygrad.runtime.plugin import Allocator, Backend, Compiler
 
 
@@ -241,3 +244,60 @@ class FakeGPUBackendChecks:
         second.synchronize()
         first.synchronize()
         assert fake.calls[-2:] == [self.sync_call(1), self.sync_call(0)]
+
+
+# ---- the registry, for a backend that may not open here ----------------------------------------------------------
+def library_opens(*names: str) -> bool:
+    """Whether ctypes opens any of the libraries `names` (a driver present on this machine)."""
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def assert_cheap_descriptor(device: str, package: str) -> None:
+    """`device` is registered by `<package>.descriptor:DESCRIPTOR`, with a priority above the CPU's."""
+    record = Device.records()[device]
+    assert record.entry_point == f"{package}.descriptor:DESCRIPTOR", record.entry_point
+    assert record.descriptor is not None and record.descriptor.priority > 10, \
+        f"{device} must win over the CPU where it opens"
+
+
+def assert_import_loads_nothing_else(module: str, package: str) -> None:
+    """Importing `module` in a fresh process imports no other module of `package` (no driver loads at import)."""
+    code = (f"import sys, {module}; "
+            f"extra = [m for m in sys.modules if m.startswith('{package}.') and m != '{module}']; "
+            "assert not extra, f'importing the descriptor imported {extra}'")
+    subprocess.run([sys.executable, "-c", code], check=True)  # noqa: S603 (this interpreter, code built here)
+
+
+def assert_recorded_unavailable(device: str, cause: str, second_device: bool = True) -> None:
+    """Opening `device` fails with `cause` (a regex of the factory's message), recorded as OPEN_FAILED; asking for
+    `device:1` (when `second_device`) quotes the record; the default device is another backend."""
+    for name, regex in ((device, rf"backend {device} failed to open device {device}: BackendError: {cause}"),
+                        (f"{device}:1", rf"backend {device} is unavailable: failed to open: BackendError: {cause}")):
+        if name != device and not second_device:
+            continue
+        try:
+            Device[name]
+        except BackendError as exc:
+            assert re.search(regex, str(exc)), f"{exc} does not match {regex}"
+        else:
+            raise AssertionError(f"{name} opened; expected it to be unavailable ({cause})")
+    record = Device.records()[device]
+    assert record.status is BackendStatus.OPEN_FAILED, record.status
+    assert re.search(cause, record.cause), record.cause
+    if "CPU" in Device.records():  # plygrad-cpu is not a dependency: a backend package's own session lacks it
+        assert device != Device.DEFAULT, "a backend that does not open is skipped for the default"
+
+
+def listing_line(device: str) -> str:
+    """The line `python -m plygrad.runtime` prints for `device` (AssertionError when it lists none)."""
+    done = subprocess.run([sys.executable, "-m", "plygrad.runtime"], capture_output=True, text=True,
+                          check=True)
+    line = next((line for line in done.stdout.splitlines() if line.split()[:1] == [device]), None)
+    assert line is not None, f"{device} is missing from the listing:\n{done.stdout}"
+    return line
