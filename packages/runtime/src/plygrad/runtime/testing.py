@@ -1,18 +1,10 @@
-"""The backend conformance suite: any backend runs it against itself.
+"""The backend conformance suite, which any backend runs against itself, and the helpers of backends' tests.
 
-    from plygrad.runtime.testing import BackendConformance
-
-    class TestFooConformance(BackendConformance):
-        device = "FOO"
-
-pytest collects the subclass (the base class's name does not start with "Test", so it is not collected itself).
-Skips are raised as `unittest.SkipTest`, which pytest reports as skips, so the suite needs no pytest import.
-
-The suite is renderer-agnostic: kernels are small KERNEL-stage ASTs lowered for the backend's own `Target` through
-the installed `plygrad.codegen` entry point (skipped, saying so, when none is installed), run with `run_linear`, and
-checked against plain-Python references. Every other check (memory round trips of many sizes including 0, compile
-errors, synchronize) runs without codegen. Also here for backends' own tests: `isolated_runtime` and its pytest
-fixture, `isolated_runtime_fixture`; stand-in GPU drivers and the checks over them are in `testing_gpu`.
+A backend's test says `class TestFooConformance(BackendConformance): device = "FOO"` (docs/backends.md §5). The
+kernels are small KERNEL-stage ASTs lowered through the installed `plygrad.codegen` (skipped, saying so, without
+one), run with `run_linear` and checked against plain-Python references; memory round trips, compile errors and
+synchronize need no codegen. Skips are `unittest.SkipTest`: no pytest import. Also here: `isolated_runtime` and
+its autouse fixture `isolated_runtime_fixture`; stand-in GPU drivers and the checks over them are `testing_gpu`.
 """
 
 from __future__ import annotations
