@@ -10,7 +10,7 @@ docs/backends.md ("The shared plumbing") says how a backend uses it.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, ClassVar
 
 from plygrad.runtime.errors import BackendError
@@ -47,6 +47,22 @@ def declare_prototypes(lib: Any, prototypes: Mapping[str, list[Any]], optional: 
             raise BackendError("unavailable: " + missing.format(name=name)) from exc
         function.restype = ctypes.c_int
         function.argtypes = argtypes
+
+
+def host_array(view: memoryview) -> ctypes.Array[ctypes.c_char]:
+    """A ctypes view of the bytes of `view`, for a driver call to read or write (a read-only source is copied
+    once, since ctypes cannot take the address of an immutable buffer)."""
+    flat = view if view.format == "B" and view.ndim == 1 else view.cast("B")
+    array_type = ctypes.c_char * flat.nbytes
+    return array_type.from_buffer_copy(flat) if flat.readonly else array_type.from_buffer(flat)
+
+
+def check_ordinal(name: str, ordinal: int, count: int, device: str, gpus: str) -> None:
+    """BackendError naming the devices there are when `name` (device `device`:`ordinal`) asks for a GPU beyond
+    the `count` of them (`gpus` names their kind: "NVIDIA GPU")."""
+    if not 0 <= ordinal < count:
+        names = device if count == 1 else f"{device}, {device}:1 ... {device}:{count - 1}"
+        raise BackendError(f"device {name}: this machine has {count} {gpus}(s), use {names}")
 
 
 class DriverLibrary:
@@ -103,3 +119,30 @@ class DriverLibrary:
             except DriverError:
                 pass  # the allocation's own error is the one to report
         return self.error(call, status, detail)
+
+    # ---- timing: a subclass gives the driver's event calls ---------------------------------------------------
+    def event_create(self) -> int:
+        raise NotImplementedError
+
+    def event_record(self, event: int) -> None:
+        raise NotImplementedError
+
+    def event_seconds(self, start: int, end: int) -> float:
+        """Wait for `end`, then the time between the two recorded events in seconds."""
+        raise NotImplementedError
+
+    def event_destroy(self, event: int) -> None:
+        raise NotImplementedError
+
+    def timed(self, launch: Callable[[], None]) -> float:
+        """Run `launch` between two events and return the GPU's seconds for it. The events are made per call, so
+        two threads timing the same program do not share them."""
+        start, end = self.event_create(), self.event_create()
+        try:
+            self.event_record(start)
+            launch()
+            self.event_record(end)
+            return self.event_seconds(start, end)
+        finally:
+            self.event_destroy(start)
+            self.event_destroy(end)

@@ -27,16 +27,9 @@ from plygrad.backends.amd.hip import (
 )
 from plygrad.backends.amd.launch import LaunchLimits, launch_dims, pack_arguments
 from plygrad.ir.target import Target
+from plygrad.runtime.driver import check_ordinal, host_array
 from plygrad.runtime.errors import BackendError
 from plygrad.runtime.plugin import Allocator, Backend, Compiler, Program
-
-
-def host_array(view: memoryview) -> ctypes.Array[ctypes.c_char]:
-    """A ctypes view of the bytes of `view`, for a runtime call to read or write (a read-only source is copied
-    once, since ctypes cannot take the address of an immutable buffer)."""
-    flat = view if view.format == "B" and view.ndim == 1 else view.cast("B")
-    array_type = ctypes.c_char * flat.nbytes
-    return array_type.from_buffer_copy(flat) if flat.readonly else array_type.from_buffer(flat)
 
 
 class AMDAllocator(Allocator[int]):
@@ -119,16 +112,7 @@ class AMDProgram(Program):
         if not wait:
             self.hip.launch(self.function, grid, block, arguments.extra, self.name)
             return None
-        # events per timed launch (DEBUG>=2 only), so two threads timing the same program do not share them
-        start, end = self.hip.event_create(), self.hip.event_create()
-        try:
-            self.hip.event_record(start)
-            self.hip.launch(self.function, grid, block, arguments.extra, self.name)
-            self.hip.event_record(end)
-            return self.hip.event_seconds(start, end)
-        finally:
-            self.hip.event_destroy(start)
-            self.hip.event_destroy(end)
+        return self.hip.timed(lambda: self.hip.launch(self.function, grid, block, arguments.extra, self.name))
 
 
 class AMDBackend(Backend):
@@ -138,9 +122,7 @@ class AMDBackend(Backend):
         count = hip.device_count()
         if count == 0:
             raise BackendError("unavailable: no AMD GPU (the HIP runtime is installed, but hipGetDeviceCount is 0)")
-        if not 0 <= ordinal < count:
-            names = "AMD" if count == 1 else f"AMD, AMD:1 ... AMD:{count - 1}"
-            raise BackendError(f"device {name}: this machine has {count} AMD GPU(s), use {names}")
+        check_ordinal(name, ordinal, count, "AMD", "AMD GPU")
         self.hip, self.ordinal = hip, ordinal
         self.activate()
         self.gpu_name = hip.device_name(ordinal)

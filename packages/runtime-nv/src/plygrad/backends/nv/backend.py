@@ -20,19 +20,12 @@ from plygrad.backends.nv.compiler import NVCompiler
 from plygrad.backends.nv.driver import Attribute, CudaDriver, CudaError, load_driver
 from plygrad.backends.nv.launch import launch_dims, pack_arguments
 from plygrad.backends.nv.target import cuda_target
+from plygrad.runtime.driver import check_ordinal, host_array
 from plygrad.runtime.errors import BackendError
 from plygrad.runtime.launching import LaunchLimits
 from plygrad.runtime.plugin import Allocator, Backend, Compiler, Program
 
 ELF_MAGIC: Final = b"\x7fELF"
-
-
-def host_array(view: memoryview) -> ctypes.Array[ctypes.c_char]:
-    """A ctypes view of the bytes of `view`, for a driver call to read or write (a read-only source is copied
-    once, since ctypes cannot take the address of an immutable buffer)."""
-    flat = view if view.format == "B" and view.ndim == 1 else view.cast("B")
-    array_type = ctypes.c_char * flat.nbytes
-    return array_type.from_buffer_copy(flat) if flat.readonly else array_type.from_buffer(flat)
 
 
 class NVAllocator(Allocator[int]):
@@ -117,16 +110,7 @@ class NVProgram(Program):
         if not wait:
             self.driver.launch(self.function, grid, block, arguments.params, self.name)
             return None
-        # events per timed launch (DEBUG>=2 only), so two threads timing the same program do not share them
-        start, end = self.driver.event_create(), self.driver.event_create()
-        try:
-            self.driver.event_record(start)
-            self.driver.launch(self.function, grid, block, arguments.params, self.name)
-            self.driver.event_record(end)
-            return self.driver.event_seconds(start, end)
-        finally:
-            self.driver.event_destroy(start)
-            self.driver.event_destroy(end)
+        return self.driver.timed(lambda: self.driver.launch(self.function, grid, block, arguments.params, self.name))
 
 
 class NVBackend(Backend):
@@ -136,9 +120,7 @@ class NVBackend(Backend):
         count = driver.device_count()
         if count == 0:
             raise BackendError("unavailable: no NVIDIA GPU (the driver is installed, but cuDeviceGetCount is 0)")
-        if not 0 <= ordinal < count:
-            names = "NV" if count == 1 else f"NV, NV:1 ... NV:{count - 1}"
-            raise BackendError(f"device {name}: this machine has {count} NVIDIA GPU(s), use {names}")
+        check_ordinal(name, ordinal, count, "NV", "NVIDIA GPU")
         self.driver, self.ordinal = driver, ordinal
         self.cu_device = driver.device(ordinal)
         self.context = driver.primary_context(self.cu_device)
