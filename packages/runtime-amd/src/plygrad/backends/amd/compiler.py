@@ -104,11 +104,6 @@ def find_toolchain(kind: str | None = None) -> Toolchain:
     return _TOOLCHAINS.find(kind)
 
 
-def installed_toolchains() -> list[str]:
-    """The kinds of toolchain installed here, in the order `find_toolchain` tries them."""
-    return _TOOLCHAINS.installed()
-
-
 def _open_toolchain(kind: str) -> Toolchain | None:
     if kind == "hiprtc":
         for name in HIPRTC_LIBRARIES:
@@ -128,6 +123,11 @@ _TOOLCHAINS: ToolchainCache[Toolchain] = ToolchainCache(
     {"hiprtc": f"hiprtc from ROCm {HIPRTC_MIN_MAJOR} or newer (libhiprtc.so)",
      "clang": "clang-19 and lld-19 (apt-get install clang-19 lld-19) or ROCm's clang"},
     _open_toolchain, what="HIP compiler", backend="AMD")
+
+
+def installed_toolchains() -> list[str]:
+    """The kinds of toolchain installed here, in the order `find_toolchain` tries them."""
+    return _TOOLCHAINS.installed()
 
 
 class AMDCompiler(Compiler):

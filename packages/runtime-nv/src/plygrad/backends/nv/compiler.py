@@ -117,11 +117,6 @@ def find_toolchain(kind: str | None = None) -> Toolchain:
     return _TOOLCHAINS.find(kind)
 
 
-def installed_toolchains() -> list[str]:
-    """The kinds of toolchain installed here, in the order `find_toolchain` tries them."""
-    return _TOOLCHAINS.installed()
-
-
 def _open_toolchain(kind: str) -> Toolchain | None:
     if kind == "nvrtc":
         library = find_nvrtc_library()
@@ -134,6 +129,11 @@ _TOOLCHAINS: ToolchainCache[Toolchain] = ToolchainCache(
     {"nvrtc": "NVRTC (pip install plygrad-nv[nvrtc], i.e. nvidia-cuda-nvrtc)",
      "nvcc": "nvcc on PATH (the CUDA toolkit)"},
     _open_toolchain, what="CUDA compiler", backend="NV")
+
+
+def installed_toolchains() -> list[str]:
+    """The kinds of toolchain installed here, in the order `find_toolchain` tries them."""
+    return _TOOLCHAINS.installed()
 
 
 class NVCompiler(Compiler):
