@@ -54,6 +54,7 @@ from plygrad.ir import (
     Ops,
     Opt,
     ParamInfo,
+    PatternMatcher,
     ProgramInfo,
     PtrDType,
     Stage,
@@ -84,7 +85,8 @@ class Lowering:
     params: tuple[ParamInfo, ...] = ()
 
 
-def _verify(state: Lowering) -> Lowering:
+def verify_kernel(state: Lowering) -> Lowering:
+    """The input is a KERNEL-stage graph of dtypes the target supports; names the program and notes its buffers."""
     try:
         verify(state.kernel, Stage.KERNEL)
     except IRError as e:
@@ -100,67 +102,20 @@ def _verify(state: Lowering) -> Lowering:
     return replace(state, name=program_name(state.kernel), params=_params(state.kernel))
 
 
-def _merge_axes(state: Lowering) -> Lowering:
-    return replace(state, kernel=merge_axes(state.kernel, state.target))
-
-
-def _split_ranges(state: Lowering) -> Lowering:
-    return replace(state, kernel=split_ranges(state.kernel, state.target))
-
-
-def _simplify(state: Lowering) -> Lowering:
-    return replace(state, kernel=graph_rewrite(state.kernel, simplify_rules))
-
-
-def _unshare_ranges(state: Lowering) -> Lowering:
-    return replace(state, kernel=unshare_reduce_ranges(state.kernel))
-
-
-def _gather(state: Lowering) -> Lowering:
-    return replace(state, kernel=gathers_to_loads(state.kernel))
-
-
-def _optimize(state: Lowering) -> Lowering:
+def optimize(state: Lowering) -> Lowering:
+    """The given opts, or the heuristic's, applied; `applied` lists every opt the kernel has had."""
     already = state.kernel.arg.opts if isinstance(state.kernel.arg, KernelInfo) else ()
     opts = tuple(state.opts) if state.opts is not None else tuple(choose_opts(state.kernel, state.target))
     kernel = apply_opts(state.kernel, opts, state.target)
     return replace(state, kernel=kernel, applied=(*already, *opts))
 
 
-def _gpu_dims(state: Lowering) -> Lowering:
-    ctx = LaunchContext(state.target, frozenset(int(r.arg[0]) for r in shared_output_ranges(state.kernel)))
-    return replace(state, kernel=graph_rewrite(state.kernel, gpu_dims, ctx=ctx))
-
-
-def _group_reduce(state: Lowering) -> Lowering:
-    return replace(state, kernel=group_reduce(state.kernel))
-
-
-def _expand_upcast(state: Lowering) -> Lowering:
-    return replace(state, kernel=graph_rewrite(state.kernel, expand_upcast, ctx=state.target))
-
-
-def _lower_reduce(state: Lowering) -> Lowering:
-    return replace(state, kernel=graph_rewrite(state.kernel, lower_reduce, ctx=RegSlots(target=state.target)))
-
-
-def _transpose_gathers(state: Lowering) -> Lowering:
-    return replace(state, kernel=transpose_gathers(state.kernel, state.target))
-
-
-def _pack_panels(state: Lowering) -> Lowering:
-    return replace(state, kernel=pack_panels(state.kernel, state.target))
-
-
-def _fuse_wmma(state: Lowering) -> Lowering:
-    return replace(state, kernel=fuse_accumulators(state.kernel))
-
-
-def _linearize(state: Lowering) -> Lowering:
+def linearize_kernel(state: Lowering) -> Lowering:
     return replace(state, linear=linearize(state.kernel))
 
 
-def _render(state: Lowering) -> Lowering:
+def render(state: Lowering) -> Lowering:
+    """The target's renderer's source, in a PROGRAM with its launch sizes and op and memory estimates."""
     kernel = state.kernel
     params = state.params
     variables = tuple(sorted({n for n in kernel.toposort if n.op is Ops.DEFINE_VAR}, key=lambda v: str(v.arg[0])))
@@ -174,24 +129,46 @@ def _render(state: Lowering) -> Lowering:
     return replace(state, program=program)
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """The one adapter of `PASSES`: a pass that only rewrites the kernel, as `fn(kernel)` or, `with_target`,
+    `fn(kernel, target)`; or a PatternMatcher applied by graph_rewrite with `ctx(kernel, target)` as its context."""
+
+    fn: PatternMatcher | Callable[..., UOp]
+    with_target: bool = False
+    ctx: Callable[[UOp, Target], object] | None = None
+
+    def __call__(self, state: Lowering) -> Lowering:
+        if isinstance(self.fn, PatternMatcher):
+            ctx = None if self.ctx is None else self.ctx(state.kernel, state.target)
+            return replace(state, kernel=graph_rewrite(state.kernel, self.fn, ctx=ctx))
+        args = (state.kernel, state.target) if self.with_target else (state.kernel,)
+        return replace(state, kernel=self.fn(*args))
+
+
+def _launch_context(kernel: UOp, target: Target) -> LaunchContext:
+    """gpu_dims' context: the target, and the output ranges every store shares (those stay loops)."""
+    return LaunchContext(target, frozenset(int(r.arg[0]) for r in shared_output_ranges(kernel)))
+
+
 PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
-    ("verify", _verify),
-    ("merge_axes", _merge_axes),
-    ("split_ranges", _split_ranges),
-    ("simplify", _simplify),
-    ("unshare_ranges", _unshare_ranges),
-    ("gather", _gather),
-    ("optimize", _optimize),
-    ("gpu_dims", _gpu_dims),
-    ("expand_upcast", _expand_upcast),
-    ("group_reduce", _group_reduce),
-    ("lower_reduce", _lower_reduce),
-    ("fuse_wmma", _fuse_wmma),
-    ("pack_panels", _pack_panels),
-    ("transpose_gathers", _transpose_gathers),
-    ("simplify_lowered", _simplify),
-    ("linearize", _linearize),
-    ("render", _render),
+    ("verify", verify_kernel),
+    ("merge_axes", Rewrite(merge_axes, with_target=True)),
+    ("split_ranges", Rewrite(split_ranges, with_target=True)),
+    ("simplify", Rewrite(simplify_rules)),
+    ("unshare_ranges", Rewrite(unshare_reduce_ranges)),
+    ("gather", Rewrite(gathers_to_loads)),
+    ("optimize", optimize),
+    ("gpu_dims", Rewrite(gpu_dims, ctx=_launch_context)),
+    ("expand_upcast", Rewrite(expand_upcast, ctx=lambda kernel, target: target)),
+    ("group_reduce", Rewrite(group_reduce)),
+    ("lower_reduce", Rewrite(lower_reduce, ctx=lambda kernel, target: RegSlots(target=target))),
+    ("fuse_wmma", Rewrite(fuse_accumulators)),
+    ("pack_panels", Rewrite(pack_panels, with_target=True)),
+    ("transpose_gathers", Rewrite(transpose_gathers, with_target=True)),
+    ("simplify_lowered", Rewrite(simplify_rules)),
+    ("linearize", linearize_kernel),
+    ("render", render),
 ]
 
 

@@ -14,19 +14,17 @@ with `__builtin_memcpy` (never assuming alignment), a lane is `v[j]`, a VECTORIZ
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Mapping, Sequence
+from typing import ClassVar, Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer
-from plygrad.codegen.renderer.c_alu import ALU, INFIX, zero
 from plygrad.codegen.renderer.c_math import EXP2F, vector_exp2, vector_fma, vector_keep, vector_sqrt
 from plygrad.codegen.renderer.c_transpose import SHUFFLE_MACRO, transpose_helper
 from plygrad.codegen.renderer.c_types import (
     HELPER_OF,
     HELPERS,
     PREAMBLE,
-    ROUNDS_FROM_DOUBLE,
     STREAMED_BYTES,
     c_local,
     c_storage,
@@ -37,10 +35,9 @@ from plygrad.codegen.renderer.c_types import (
     vector_typedefs,
 )
 from plygrad.codegen.renderer.fp8 import FP8_DTYPES, from_storage_fn, to_storage_fn
-from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, Target, UOp, dtypes
+from plygrad.codegen.renderer.rules import INFIX, LIBM, RULES, Call, Rule, Spelling, zero
+from plygrad.ir import AxisType, DType, Ops, PtrDType, Target, UOp, dtypes
 
-_MATH: Final[dict[Ops, str]] = {Ops.SQRT: "sqrt", Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin",
-                                Ops.TRUNC: "trunc", Ops.POW: "pow"}
 _TAKEN: Final = re.compile(r"(data|ridx|v|acc|local)[0-9]+|plygrad_.*|__.*")
 # C keywords and the names the source itself uses: a variable named like one would not compile
 _C_RESERVED: Final = frozenset({
@@ -55,10 +52,17 @@ _C_RESERVED: Final = frozenset({
 _REJECTED_AXES: Final = {AxisType.LOCAL: "LOCAL", AxisType.GROUP_REDUCE: "GROUP_REDUCE"}
 
 
-def libm_call(op: Ops, dtype: DType, args: list[str]) -> str:
-    """The C math library's function computing `op` on float locals of `dtype` (`exp2f`, `exp2`, ...)."""
-    name = _MATH[op] if dtype is dtypes.float64 else f"{_MATH[op]}f"
-    return f"{name}({', '.join(args)})"
+def _c_helper(name: str) -> str:
+    return EXP2F if name == "exp2f" else HELPERS[name]
+
+
+_C_ARITH: Final = {op: f"({{a}} {INFIX[op]} {{b}})" for op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV)}
+# C11 with GCC/Clang vector extensions: libm's functions (float32 EXP2 the program's own, c_math.py), fmaf/fma
+# (an instruction with -march=native on every x86-64 with FMA and every Arm64, libm's correctly rounded one elsewhere)
+C_SPELLING: Final = Spelling(
+    local=c_local, storage=c_storage, literal=literal, helper=_c_helper, arith=_C_ARITH, arith64=_C_ARITH,
+    mad="({a} * {b} + {c})", fma={dtypes.float32: "fmaf({a}, {b}, {c})", dtypes.float64: "fma({a}, {b}, {c})"},
+    math=LIBM, math32={Ops.EXP2: Call("plygrad_exp2f({0})", ("exp2f",))}, register_vectors=True)
 
 
 class CRenderer(Renderer):
@@ -82,11 +86,13 @@ def stream_threshold(target: Target) -> int:
 class CFunction:
     """The state of rendering one function: the names given to values and the helpers it used.
 
-    The C-family renderers share it: the CUDA renderer (cuda.py) subclasses it and overrides the spelling hooks
-    (`ctype`, `literal`, `float_arith`, `math_call`, `mad`, `helper_source`, `bitcast`) and the function frame, so
-    every ALU rule of docs/ir.md §5 (wrapping, division and shift guards, float -> int casts) is written once."""
+    The C-family renderers share it: a value's expression comes from `rules` (rules.py's one table, which the CUDA,
+    HIP and Metal renderers extend with tables of their own) in the language's `spelling`; the CUDA renderer
+    (cuda.py) subclasses it for the function frame (launch indices, shared memory, barriers)."""
 
     reserved: frozenset[str] = _C_RESERVED
+    rules: ClassVar[Mapping[Ops, Rule]] = RULES
+    spelling: ClassVar[Spelling] = C_SPELLING
 
     def __init__(self, kernel: KernelSource, stream_min_bytes: int = 0) -> None:
         self.kernel = kernel
@@ -152,58 +158,26 @@ class CFunction:
         const = "" if writable else "const "
         return f"{const}{self.storage_type(dtype)}* restrict data{index}"
 
-    # ---- spelling hooks (overridden by the CUDA renderer) ---------------------------------------------------------
+    # ---- the language's spelling ------------------------------------------------------------------------------
     def ctype(self, dtype: DType) -> str:
         """The type of a scalar local of `dtype`."""
-        return c_local(dtype)
+        return self.spelling.local(dtype)
 
     def unsigned_for(self, dtype: DType) -> str:
         """The unsigned type wrapping arithmetic of `dtype` goes through (32 bits at least: C promotes to int)."""
         return self.ctype(dtypes.uint64 if dtype.itemsize == 8 else dtypes.uint32)
 
     def literal(self, dtype: DType, value: object) -> str:
-        return literal(dtype, value)
-
-    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
-        """ADD/SUB/MUL/FDIV of two float values of `dtype` (the float local's type), one IEEE operation."""
-        return f"({a} {INFIX[op]} {b})"
-
-    def mad(self, a: str, b: str, c: str) -> str:
-        """a * b + c as two IEEE operations (never fused)."""
-        return f"({a} * {b} + {c})"
-
-    def fused_mad(self, dtype: DType, a: str, b: str, c: str) -> str | None:
-        """MULACC of float32/float64 values (scalar or vector) as one fused multiply-add, or None to compute it
-        as the other float dtypes do (in double, rounded once). C has `fmaf`/`fma` (an instruction with
-        -march=native on every x86-64 with FMA and on every Arm64, libm's correctly rounded one elsewhere), and
-        vectors a lane-wise helper (c_math.vector_fma)."""
-        if dtype.count > 1:
-            self.vector_fma.add(dtype)
-            return f"plygrad_fma_{self.local_type(dtype)[8:]}({a}, {b}, {c})"
-        return f"{'fma' if dtype is dtypes.float64 else 'fmaf'}({a}, {b}, {c})"
-
-    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
-        """The call computing `op` (SQRT EXP2 LOG2 SIN TRUNC POW) on float locals of `dtype`: the math library's,
-        but float32 EXP2 is c_math.py's (vectorizable), and a vector SQRT (float32, float64) a lane-wise helper
-        (c_math.vector_sqrt); a vector dtype only reaches here for those two."""
-        if op is Ops.SQRT and dtype.count > 1:
-            self.vector_sqrt.add(dtype)
-            return f"plygrad_sqrt_{self.local_type(dtype)[8:]}({args[0]})"
-        if op is Ops.EXP2 and dtype.scalar() is dtypes.float32:
-            if dtype.count > 1:
-                self.vector_exp2.add(dtype)
-                return f"plygrad_exp2_{self.local_type(dtype)[8:]}({args[0]})"
-            self.helpers.add("exp2f")
-            return f"plygrad_exp2f({args[0]})"
-        return libm_call(op, dtype, args)
+        return self.spelling.literal(dtype, value)
 
     def helper_source(self, name: str) -> str:
-        return EXP2F if name == "exp2f" else HELPERS[name]
+        return self.spelling.helper(name)
 
     def storage_type(self, dtype: DType) -> str:
-        """`c_storage(dtype)`, noting the helper that defines it or converts to it (float16, bfloat16)."""
+        """The buffer element type of `dtype`, noting the helper that defines it or converts to it (float16,
+        bfloat16)."""
         self.uses(dtype)
-        return c_storage(dtype)
+        return self.spelling.storage(dtype)
 
     def uses(self, dtype: DType) -> None:
         """The program touches values of `dtype`: include the helpers it needs, if any."""
@@ -257,7 +231,7 @@ class CFunction:
         elif op is Ops.LOAD and node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
             self.vector_load(node)
         elif (op is Ops.GEP and len(node.arg) == 1 and node.dtype is not dtypes.bool
-              and node.dtype is node.src[0].dtype.scalar() and self.renders_vector(node.src[0].dtype)):
+              and node.dtype is node.src[0].dtype.scalar() and self.spelling.register_vectors):
             # a lane of a named (immutable) float vector is read where it is used: a lane nothing reads (the rows of
             # a register transpose) then costs no statement the C compiler has to throw away. Not a lane of a
             # comparison's mask vector: that is -1 or 0, and only its _Bool local makes it 1 or 0
@@ -374,25 +348,16 @@ class CFunction:
         return round_to(dtype, expr)
 
     def value(self, node: UOp) -> str:
-        """The C expression computing a statement's value."""
-        if node.op is Ops.LOAD:
-            return self.load(node)
-        if node.op is Ops.CAST:
-            return self.cast(node.src[0], node.dtype)
-        if node.op is Ops.BITCAST:
-            return self.bitcast(node.src[0], node.dtype)
-        if node.op is Ops.GEP:
-            return f"{self.ref(node.src[0])}[{node.arg[0]}]"
-        if node.op is Ops.VECTORIZE:
-            transposed = self.transposed_lane(node)
-            if transposed is not None:
-                return transposed
-            return f"({self.local_type(node.dtype)}){{{', '.join(self.ref(s) for s in node.src)}}}"
-        render = ALU.get(node.op)
-        if render is None:
+        """The expression computing a statement's value: the language's rule for its op."""
+        rule = self.rules.get(node.op)
+        if rule is None:
             raise CodegenError(f"kernel {self.kernel.name}: the C renderer cannot render {node.op.name} "
                                f"({node.dtype!r}); it renders loads, stores, casts and the ALU ops of docs/ir.md")
-        return render(self, node, [self.ref(s) for s in node.src])
+        return rule(self, node)
+
+    def refs(self, node: UOp) -> list[str]:
+        """How a statement refers to each of `node`'s operands."""
+        return [self.ref(s) for s in node.src]
 
     def transposed_lane(self, node: UOp) -> str | None:
         """A VECTORIZE of lane kk of each of W vectors of W lanes (transpose.py) as row kk of their register
@@ -401,7 +366,7 @@ class CFunction:
         width = node.dtype.count
         if (not all(s.op is Ops.GEP and len(s.arg) == 1 for s in node.src)
                 or len({int(s.arg[0]) for s in node.src}) != 1
-                or any(s.src[0].dtype != node.dtype for s in node.src) or not self.renders_vector(node.dtype)):
+                or any(s.src[0].dtype != node.dtype for s in node.src) or not self.spelling.register_vectors):
             return None
         rows = tuple(s.src[0] for s in node.src)
         if len(set(rows)) != width:
@@ -415,38 +380,6 @@ class CFunction:
             self.emit(f"plygrad_transpose_{vec[len('plygrad_'):]}({name});")
             found = self.transposed[rows] = (name, self.indent)
         return f"{found[0]}[{int(node.src[0].arg[0])}]"
-
-    def renders_vector(self, dtype: DType) -> bool:
-        """Whether this renderer spells `dtype` as one of c_types' vector types (the CUDA family does not)."""
-        return True
-
-    def load(self, node: UOp) -> str:
-        index = node.src[0]
-        if index.src[0].op is Ops.DEFINE_REG:
-            return self.ref(index)
-        value = self.from_storage(node.dtype, self.address(index))
-        if len(index.src) == 3:  # a gated load reads 0 where the gate is false (and never touches memory there)
-            return f"({self.ref(index.src[2])} ? {value} : {self.literal(node.dtype, zero(node.dtype))})"
-        return value
-
-    def cast(self, x: UOp, dtype: DType) -> str:
-        src = self.ref(x)
-        if dtype is dtypes.bool:
-            return f"({src} != 0)"
-        if dtype.kind is DTypeKind.FLOAT:
-            if dtype in ROUNDS_FROM_DOUBLE:  # rounded once from the source type (float64, int64), not via float
-                return self.rounded(dtype, src)
-            return self.rounded(dtype, f"({self.ctype(dtype)})({src})")
-        if x.dtype.kind is DTypeKind.FLOAT:  # truncate toward zero, then wrap to the width; NaN/inf give 0
-            self.helpers.add("f2i")
-            return f"(({self.ctype(dtype)})plygrad_f2i((double)({src})))"
-        return f"(({self.ctype(dtype)})({src}))"
-
-    def bitcast(self, x: UOp, dtype: DType) -> str:
-        source_type, dest_type = self.storage_type(x.dtype), self.storage_type(dtype)
-        stored = self.to_storage(x.dtype, self.ref(x))
-        expr = f"((union {{ {source_type} a; {dest_type} b; }}){{ .a = {stored} }}).b"
-        return self.from_storage(dtype, expr)
 
 
 def _written_in_threads(linear: Sequence[UOp]) -> dict[UOp, str]:

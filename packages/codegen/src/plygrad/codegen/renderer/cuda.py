@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import ClassVar, Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, Renderer, VectorForms
-from plygrad.codegen.renderer.c import CFunction, libm_call
+from plygrad.codegen.renderer.c import CFunction
 from plygrad.codegen.renderer.cuda_mma import MmaStatements, warp_lanes
 from plygrad.codegen.renderer.cuda_types import (
     HELPERS,
@@ -39,10 +39,22 @@ from plygrad.codegen.renderer.cuda_types import (
     vector_source,
     vector_type,
 )
+from plygrad.codegen.renderer.rules import LIBM, RULES, Call, Rule, Spelling
 from plygrad.codegen.vectorize import lane_stride
 from plygrad.ir import AxisType, DType, DTypeKind, Ops, PtrDType, Target, UOp, dtypes
 
 _RN: Final[dict[Ops, str]] = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul", Ops.FDIV: "div"}
+# float ADD/SUB/MUL/FDIV/MULACC as the round-to-nearest intrinsics, which are never contracted (module docstring);
+# SQRT of float locals correctly rounded whatever -prec-sqrt says, the rest CUDA's libdevice (sqrt(double) is
+# always correctly rounded)
+CUDA_SPELLING: Final = Spelling(
+    local=cuda_local, storage=cuda_storage, literal=cuda_literal, helper=HELPERS.__getitem__,
+    arith={op: f"__f{name}_rn({{a}}, {{b}})" for op, name in _RN.items()},
+    arith64={op: f"__d{name}_rn({{a}}, {{b}})" for op, name in _RN.items()},
+    mad="__dadd_rn(__dmul_rn({a}, {b}), {c})",
+    fma={dtypes.float32: "__fmaf_rn({a}, {b}, {c})", dtypes.float64: "__fma_rn({a}, {b}, {c})"},
+    math={**LIBM, Ops.SQRT: (Call("__fsqrt_rn({0})"), LIBM[Ops.SQRT][1])}, math32={},
+    register_vectors=False)  # vectors here are memory-only (float4 loads): a VECTORIZE of lanes is a constructor
 _THREAD_AXES: Final = frozenset({AxisType.LOCAL, AxisType.GROUP_REDUCE})
 _LAUNCH_AXES: Final = _THREAD_AXES | {AxisType.GLOBAL}
 _CUDA_RESERVED: Final = frozenset({
@@ -160,6 +172,39 @@ def launch_plan(kernel: KernelSource, target: Target,
     return plan
 
 
+# ---- CUDA's rules: where its value of an op differs from rules.RULES ------------------------------------------------
+def _load(r: CFunction, node: UOp) -> str:
+    index = node.src[0]
+    if index.src[0].op is Ops.DEFINE_LOCAL:
+        return f"smem{index.src[0].arg}[{r.ref(index.src[1])}]"
+    return RULES[Ops.LOAD](r, node)
+
+
+def _gep(r: CFunction, node: UOp) -> str:
+    """A lane of a vector struct, in storage form."""
+    return r.from_storage(node.dtype, f"{r.ref(node.src[0])}.v[{node.arg[0]}]")
+
+
+def _vectorize(r: CFunction, node: UOp) -> str:
+    lanes = ", ".join(r.to_storage(s.dtype, r.ref(s)) for s in node.src)
+    return f"{r.local_type(node.dtype)}{{{{{lanes}}}}}"
+
+
+def _bitcast(r: CFunction, node: UOp) -> str:
+    """Through the bits: the source's storage value as an unsigned integer of its width, then the destination's
+    storage type from those bits (CUDA's `__float_as_uint` family; no unions or memcpy)."""
+    x, dtype = node.src[0], node.dtype
+    if x.dtype.itemsize != dtype.itemsize:
+        raise CodegenError(f"kernel {r.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
+    stored = r.to_storage(x.dtype, r.ref(x))
+    bits = _to_bits(x.dtype, stored)
+    return r.from_storage(dtype, _from_bits(dtype, bits))
+
+
+CUDA_RULES: Final[dict[Ops, Rule]] = {**RULES, Ops.LOAD: _load, Ops.GEP: _gep, Ops.VECTORIZE: _vectorize,
+                                      Ops.BITCAST: _bitcast}
+
+
 class CudaRenderer(Renderer):
     """Renders a linearized kernel as one CUDA kernel; see the module docstring and docs/codegen.md §5."""
 
@@ -180,6 +225,8 @@ class CudaFunction(CFunction):
     """The C renderer's function state with CUDA's spelling, launch indices and shared memory."""
 
     reserved = CFunction.reserved | _CUDA_RESERVED
+    rules: ClassVar[Mapping[Ops, Rule]] = CUDA_RULES
+    spelling: ClassVar[Spelling] = CUDA_SPELLING
     # spelling hooks of the frame a subclass (the metal renderer) changes: a workgroup barrier statement, and the
     # expression of a launch index (launch_plan)
     barrier = "__syncthreads();"
@@ -241,45 +288,12 @@ class CudaFunction(CFunction):
         const = "" if writable else "const "
         return f"{const}{self.storage_type(dtype)}* __restrict__ data{index}"
 
-    # ---- spelling hooks ----------------------------------------------------------------------------------------
-    def ctype(self, dtype: DType) -> str:
-        return cuda_local(dtype)
-
-    def storage_type(self, dtype: DType) -> str:
-        self.uses(dtype)
-        return cuda_storage(dtype)
-
+    # ---- types -------------------------------------------------------------------------------------------------
     def local_type(self, dtype: DType) -> str:
         if dtype.count > 1:  # a memory-only vector: the struct its load gives and its store takes
             self.vectors.add(dtype)
             return vector_type(dtype)
-        return cuda_local(dtype)
-
-    def literal(self, dtype: DType, value: object) -> str:
-        return cuda_literal(dtype, value)
-
-    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
-        prefix = "__d" if dtype is dtypes.float64 else "__f"
-        return f"{prefix}{_RN[op]}_rn({a}, {b})"
-
-    def mad(self, a: str, b: str, c: str) -> str:
-        return f"__dadd_rn(__dmul_rn({a}, {b}), {c})"
-
-    def renders_vector(self, dtype: DType) -> bool:
-        return False  # vectors here are memory-only (float4 loads): a VECTORIZE of lanes stays a constructor
-
-    def fused_mad(self, dtype: DType, a: str, b: str, c: str) -> str | None:
-        if dtype.count > 1:
-            return None  # no vector arithmetic here (VectorForms.alu is empty): a vector MULACC never comes
-        return f"{'__fma_rn' if dtype is dtypes.float64 else '__fmaf_rn'}({a}, {b}, {c})"  # one rounding, any flags
-
-    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
-        if op is Ops.SQRT and dtype is not dtypes.float64:
-            return f"__fsqrt_rn({args[0]})"  # correctly rounded whatever -prec-sqrt says
-        return libm_call(op, dtype, args)  # CUDA's libdevice; sqrt(double) is always correctly rounded
-
-    def helper_source(self, name: str) -> str:
-        return HELPERS[name]
+        return self.ctype(dtype)
 
     # ---- statements --------------------------------------------------------------------------------------------
     def statement(self, node: UOp) -> None:
@@ -381,29 +395,6 @@ class CudaFunction(CFunction):
         if len(index.src) == 3:
             load = f"({self.ref(index.src[2])} ? {load} : {struct}{{}})"
         self.emit(f"{struct} {name} = {load};")
-
-    def value(self, node: UOp) -> str:
-        if node.op is Ops.GEP:  # a lane of a vector struct, in storage form
-            return self.from_storage(node.dtype, f"{self.ref(node.src[0])}.v[{node.arg[0]}]")
-        if node.op is Ops.VECTORIZE:
-            lanes = ", ".join(self.to_storage(s.dtype, self.ref(s)) for s in node.src)
-            return f"{self.local_type(node.dtype)}{{{{{lanes}}}}}"
-        return super().value(node)
-
-    def load(self, node: UOp) -> str:
-        index = node.src[0]
-        if index.src[0].op is Ops.DEFINE_LOCAL:
-            return f"smem{index.src[0].arg}[{self.ref(index.src[1])}]"
-        return super().load(node)
-
-    def bitcast(self, x: UOp, dtype: DType) -> str:
-        """Through the bits: the source's storage value as an unsigned integer of its width, then the destination's
-        storage type from those bits (CUDA's `__float_as_uint` family; no unions or memcpy)."""
-        if x.dtype.itemsize != dtype.itemsize:
-            raise CodegenError(f"kernel {self.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
-        stored = self.to_storage(x.dtype, self.ref(x))
-        bits = _to_bits(x.dtype, stored)
-        return self.from_storage(dtype, _from_bits(dtype, bits))
 
 
 def _local_bytes(dtype: DType) -> int:

@@ -22,15 +22,18 @@ op, as in the CUDA program: the same bits as the C backend, on every arch.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import ClassVar, Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource
-from plygrad.codegen.renderer.c import CFunction
-from plygrad.codegen.renderer.cuda import CudaFunction, CudaRenderer
+from plygrad.codegen.renderer.c import C_SPELLING, CFunction
+from plygrad.codegen.renderer.cuda import CUDA_RULES, CUDA_SPELLING, CudaFunction, CudaRenderer
 from plygrad.codegen.renderer.hip_math import MATH_HELPERS, MATH_NEEDS
 from plygrad.codegen.renderer.hip_mma import MMA_HELPERS, HipMmaStatements
 from plygrad.codegen.renderer.hip_types import BITS, PRELUDE, helper_source, hip_literal, hip_vector_source
+from plygrad.codegen.renderer.rules import MATH_OPS, Call, Rule, Spelling
 from plygrad.ir import DType, Ops, Target, UOp, dtypes
 
 # clang's builtins by (block, thread) and dimension
@@ -45,6 +48,51 @@ _FLOAT32_BUILTINS: Final = {Ops.SQRT: "__builtin_sqrtf", Ops.TRUNC: "__builtin_t
 _FLOAT64_BUILTINS: Final = {Ops.SQRT: "__builtin_sqrt", Ops.TRUNC: "__builtin_trunc"}
 # the rest: the program's own helpers, computed in double
 _MATH_HELPER: Final = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.POW: "pow"}
+
+
+def _math_call(op: Ops, float64: bool) -> Call:
+    """`op` on float locals (or float64): the builtin where there is an accurate one, else the helper in double."""
+    args = ("{0}", "{1}") if op is Ops.POW else ("{0}",)
+    builtin = (_FLOAT64_BUILTINS if float64 else _FLOAT32_BUILTINS).get(op)
+    if builtin is not None:
+        return Call(f"{builtin}({', '.join(args)})")
+    helper = _MATH_HELPER[op]
+    needs = (helper, *MATH_NEEDS[helper])
+    if float64:
+        return Call(f"plygrad_{helper}({', '.join(args)})", needs)
+    return Call(f"(float)plygrad_{helper}({', '.join(f'(double){a}' for a in args)})", needs)  # one rounding
+
+
+def _hip_helper(name: str) -> str:
+    if name in MATH_HELPERS:
+        return MATH_HELPERS[name]
+    if name in MMA_HELPERS:
+        return MMA_HELPERS[name]
+    return helper_source(name)
+
+
+# CUDA's spelling where it needs no header: plain IEEE operators (the prelude forbids contraction), clang's builtins
+HIP_SPELLING: Final = replace(
+    CUDA_SPELLING, literal=hip_literal, helper=_hip_helper, arith=C_SPELLING.arith, arith64=C_SPELLING.arith64,
+    mad=C_SPELLING.mad,
+    fma={dtypes.float32: "__builtin_fmaf({a}, {b}, {c})", dtypes.float64: "__builtin_fma({a}, {b}, {c})"},
+    math={op: (_math_call(op, False), _math_call(op, True)) for op in MATH_OPS})
+
+
+def _bitcast(r: CFunction, node: UOp) -> str:
+    """Through the storage bits with `__builtin_bit_cast` (bool: any nonzero byte is true)."""
+    x, dtype = node.src[0], node.dtype
+    if x.dtype.itemsize != dtype.itemsize:
+        raise CodegenError(f"kernel {r.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
+    source_type, dest_type = r.storage_type(x.dtype), r.storage_type(dtype)
+    stored = f"({source_type})({r.to_storage(x.dtype, r.ref(x))})"
+    if dtype is dtypes.bool:
+        return f"(__builtin_bit_cast(unsigned char, {stored}) != 0)"
+    bits = stored if source_type == dest_type else f"__builtin_bit_cast({dest_type}, {stored})"
+    return r.from_storage(dtype, bits)
+
+
+HIP_RULES: Final[dict[Ops, Rule]] = {**CUDA_RULES, Ops.BITCAST: _bitcast}
 
 
 def hip_position(ids: str, dim: int) -> str:
@@ -66,6 +114,8 @@ class HipFunction(CudaFunction):
     """The CUDA renderer's function state with HIP's header-free spelling (module docstring)."""
 
     reserved = CudaFunction.reserved | _HIP_RESERVED
+    rules: ClassVar[Mapping[Ops, Rule]] = HIP_RULES
+    spelling: ClassVar[Spelling] = HIP_SPELLING
     barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
                '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
     position = staticmethod(hip_position)
@@ -89,46 +139,3 @@ class HipFunction(CudaFunction):
 
     def shared_array(self, dtype: DType, number: int, size: int) -> str:
         return f"static __attribute__((shared)) {self.ctype(dtype)} smem{number}[{size}];"
-
-    def helper_source(self, name: str) -> str:
-        if name in MATH_HELPERS:
-            return MATH_HELPERS[name]
-        if name in MMA_HELPERS:
-            return MMA_HELPERS[name]
-        return helper_source(name)
-
-    # ---- arithmetic ----------------------------------------------------------------------------------------------
-    def literal(self, dtype: DType, value: object) -> str:
-        return hip_literal(dtype, value)
-
-    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
-        return CFunction.float_arith(self, op, dtype, a, b)  # plain IEEE operators; the prelude forbids contraction
-
-    def mad(self, a: str, b: str, c: str) -> str:
-        return CFunction.mad(self, a, b, c)
-
-    def fused_mad(self, dtype: DType, a: str, b: str, c: str) -> str | None:
-        if dtype.count > 1:
-            return None  # scalar arithmetic only, as on CUDA
-        return f"{'__builtin_fma' if dtype is dtypes.float64 else '__builtin_fmaf'}({a}, {b}, {c})"  # no header
-
-    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
-        builtin = (_FLOAT64_BUILTINS if dtype is dtypes.float64 else _FLOAT32_BUILTINS).get(op)
-        if builtin is not None:
-            return f"{builtin}({', '.join(args)})"
-        helper = _MATH_HELPER[op]
-        self.helpers.update((helper, *MATH_NEEDS[helper]))
-        if dtype is dtypes.float64:
-            return f"plygrad_{helper}({', '.join(args)})"
-        return f"(float)plygrad_{helper}({', '.join(f'(double){a}' for a in args)})"  # one rounding from double
-
-    def bitcast(self, x: UOp, dtype: DType) -> str:
-        """Through the storage bits with `__builtin_bit_cast` (bool: any nonzero byte is true)."""
-        if x.dtype.itemsize != dtype.itemsize:
-            raise CodegenError(f"kernel {self.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
-        source_type, dest_type = self.storage_type(x.dtype), self.storage_type(dtype)
-        stored = f"({source_type})({self.to_storage(x.dtype, self.ref(x))})"
-        if dtype is dtypes.bool:
-            return f"(__builtin_bit_cast(unsigned char, {stored}) != 0)"
-        bits = stored if source_type == dest_type else f"__builtin_bit_cast({dest_type}, {stored})"
-        return self.from_storage(dtype, bits)

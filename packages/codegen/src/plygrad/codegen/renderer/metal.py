@@ -26,18 +26,29 @@ Scalar code only: no vector loads yet (Target.metal has no vector widths) and no
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import ClassVar, Final
 
 from plygrad.codegen.errors import CodegenError
 from plygrad.codegen.renderer.base import KernelSource, VectorForms
-from plygrad.codegen.renderer.cuda import CudaFunction, CudaRenderer
+from plygrad.codegen.renderer.c import C_SPELLING, CFunction
+from plygrad.codegen.renderer.cuda import CUDA_RULES, CUDA_SPELLING, CudaFunction, CudaRenderer
 from plygrad.codegen.renderer.metal_types import HELPERS, PREAMBLE, metal_literal, metal_local, metal_storage
+from plygrad.codegen.renderer.rules import Call, Rule, Spelling, cast, mulacc
 from plygrad.ir import DType, DTypeKind, Ops, PtrDType, Target, UOp, dtypes
 
 _MATH: Final[dict[Ops, str]] = {Ops.SQRT: "metal::precise::sqrt", Ops.EXP2: "metal::precise::exp2",
                                 Ops.LOG2: "metal::precise::log2", Ops.SIN: "metal::precise::sin",
                                 Ops.POW: "metal::precise::pow", Ops.TRUNC: "trunc"}
-_INFIX: Final[dict[Ops, str]] = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*"}
+# `/` is not correctly rounded in every math mode; the other operators are IEEE, never contracted (module docstring)
+_ARITH: Final = {**{op: C_SPELLING.arith[op] for op in (Ops.ADD, Ops.SUB, Ops.MUL)},
+                 Ops.FDIV: "metal::precise::divide({a}, {b})"}
+METAL_SPELLING: Final = replace(
+    CUDA_SPELLING, local=metal_local, storage=metal_storage, literal=metal_literal, helper=HELPERS.__getitem__,
+    arith=_ARITH, arith64=_ARITH, mad=C_SPELLING.mad, fma={},  # no float64; float MULACC: METAL_RULES
+    math={op: (Call(f"{name}({{0}}, {{1}})" if op is Ops.POW else f"{name}({{0}})"),) * 2
+          for op, name in _MATH.items()})
 # Metal's buffer argument table has 31 entries (indices 0-30) for buffers and setBytes values together; a kernel with
 # more takes one struct of 8-byte fields instead (GPU addresses and values), which setBytes passes (4 KiB at most)
 MAX_BINDINGS: Final = 31
@@ -56,6 +67,48 @@ def metal_position(ids: str, dim: int) -> str:
     return f"(long){name}.{'xyz'[dim]}"
 
 
+# ---- Metal's rules: where its value of an op differs from cuda.CUDA_RULES -----------------------------------------
+def _mulacc(r: CFunction, node: UOp) -> str:
+    if node.dtype.kind is DTypeKind.FLOAT:  # one rounding in float (docs/ir.md §5)
+        a, b, c = r.refs(node)
+        return r.rounded(node.dtype, f"fma({a}, {b}, {c})")
+    return mulacc(r, node)
+
+
+def _cast(r: CFunction, node: UOp) -> str:
+    x, dtype = node.src[0], node.dtype
+    if x.dtype.kind is DTypeKind.FLOAT and dtype.kind in (DTypeKind.SIGNED, DTypeKind.UNSIGNED):
+        r.helpers.add("f2i")  # truncate, wrap to the width; NaN and inf give 0 (a float-only helper)
+        return f"(({r.ctype(dtype)})plygrad_f2i({r.ref(x)}))"
+    return cast(r, node)
+
+
+def _bitcast(r: CFunction, node: UOp) -> str:
+    """The source's storage bits as an unsigned integer of its width (`as_type` for float32 and half), then the
+    destination's storage value from those bits; bool and bfloat16 (ushort bits) convert as integers."""
+    x, dtype = node.src[0], node.dtype
+    if x.dtype.itemsize != dtype.itemsize:
+        raise CodegenError(f"kernel {r.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
+    unsigned = r.ctype({1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize])
+    stored = r.to_storage(x.dtype, r.ref(x))
+    if x.dtype in (dtypes.float32, dtypes.float16):
+        bits = f"as_type<{unsigned}>({stored})"
+    else:
+        bits = f"(({unsigned})({stored}))"
+    if dtype in (dtypes.float32, dtypes.float16):
+        value = f"as_type<{r.storage_type(dtype)}>({bits})"
+    elif dtype is dtypes.bool:
+        value = f"({bits} != 0)"
+    elif dtype is dtypes.bfloat16:
+        value = bits
+    else:
+        value = f"(({r.ctype(dtype)})({bits}))"
+    return r.from_storage(dtype, value)
+
+
+METAL_RULES: Final[dict[Ops, Rule]] = {**CUDA_RULES, Ops.MULACC: _mulacc, Ops.CAST: _cast, Ops.BITCAST: _bitcast}
+
+
 class MetalRenderer(CudaRenderer):
     """Renders a linearized kernel as one Metal kernel; launched like CUDA's (`launch_dims`: threadgroups per grid,
     threads per threadgroup). See the module docstring."""
@@ -71,6 +124,8 @@ class MetalFunction(CudaFunction):
     """The CUDA renderer's function state with Metal's spelling, frame and threadgroup memory."""
 
     reserved = CudaFunction.reserved | _METAL_RESERVED
+    rules: ClassVar[Mapping[Ops, Rule]] = METAL_RULES
+    spelling: ClassVar[Spelling] = METAL_SPELLING
     barrier = "threadgroup_barrier(mem_flags::mem_threadgroup);"
     position = staticmethod(metal_position)
 
@@ -111,33 +166,12 @@ class MetalFunction(CudaFunction):
         const = "" if writable else "const "
         return f"{const}device {self.storage_type(dtype)}* data{index}"
 
-    # ---- spelling hooks ----------------------------------------------------------------------------------------
-    def ctype(self, dtype: DType) -> str:
-        return metal_local(dtype)
-
-    def storage_type(self, dtype: DType) -> str:
-        self.uses(dtype)
-        return metal_storage(dtype)
-
+    # ---- types -------------------------------------------------------------------------------------------------
     def local_type(self, dtype: DType) -> str:
         if dtype.count > 1:
             raise CodegenError(f"kernel {self.kernel.name}: the metal renderer renders scalar code, got a "
                                f"{dtype!r} value; keep vector widths out of a metal Target")
-        return metal_local(dtype)
-
-    def literal(self, dtype: DType, value: object) -> str:
-        return metal_literal(dtype, value)
-
-    def float_arith(self, op: Ops, dtype: DType, a: str, b: str) -> str:
-        if op is Ops.FDIV:
-            return f"metal::precise::divide({a}, {b})"  # `/` is not correctly rounded in every math mode
-        return f"({a} {_INFIX[op]} {b})"
-
-    def math_call(self, op: Ops, dtype: DType, args: list[str]) -> str:
-        return f"{_MATH[op]}({', '.join(args)})"
-
-    def helper_source(self, name: str) -> str:
-        return HELPERS[name]
+        return self.ctype(dtype)
 
     # ---- statements --------------------------------------------------------------------------------------------
     def statement(self, node: UOp) -> None:
@@ -149,36 +183,3 @@ class MetalFunction(CudaFunction):
             self.threadgroup_arrays.append(f"threadgroup {local} smem{node.arg}[{ptr.size}];")
             return
         super().statement(node)
-
-    def value(self, node: UOp) -> str:
-        if node.op is Ops.MULACC and node.dtype.kind is DTypeKind.FLOAT:  # one rounding in float (docs/ir.md §5)
-            a, b, c = (self.ref(s) for s in node.src)
-            return self.rounded(node.dtype, f"fma({a}, {b}, {c})")
-        return super().value(node)
-
-    def cast(self, x: UOp, dtype: DType) -> str:
-        if x.dtype.kind is DTypeKind.FLOAT and dtype.kind in (DTypeKind.SIGNED, DTypeKind.UNSIGNED):
-            self.helpers.add("f2i")  # truncate, wrap to the width; NaN and inf give 0 (a float-only helper)
-            return f"(({self.ctype(dtype)})plygrad_f2i({self.ref(x)}))"
-        return super().cast(x, dtype)
-
-    def bitcast(self, x: UOp, dtype: DType) -> str:
-        """The source's storage bits as an unsigned integer of its width (`as_type` for float32 and half), then the
-        destination's storage value from those bits; bool and bfloat16 (ushort bits) convert as integers."""
-        if x.dtype.itemsize != dtype.itemsize:
-            raise CodegenError(f"kernel {self.kernel.name}: BITCAST {x.dtype!r} -> {dtype!r} changes the size")
-        unsigned = self.ctype({1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize])
-        stored = self.to_storage(x.dtype, self.ref(x))
-        if x.dtype in (dtypes.float32, dtypes.float16):
-            bits = f"as_type<{unsigned}>({stored})"
-        else:
-            bits = f"(({unsigned})({stored}))"
-        if dtype in (dtypes.float32, dtypes.float16):
-            value = f"as_type<{self.storage_type(dtype)}>({bits})"
-        elif dtype is dtypes.bool:
-            value = f"({bits} != 0)"
-        elif dtype is dtypes.bfloat16:
-            value = bits
-        else:
-            value = f"(({self.ctype(dtype)})({bits}))"
-        return self.from_storage(dtype, value)
