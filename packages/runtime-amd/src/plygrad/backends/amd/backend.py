@@ -11,7 +11,6 @@ Buffers are device pointers (ints; a zero-byte buffer is the null pointer, which
 
 from __future__ import annotations
 
-import ctypes
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -27,55 +26,43 @@ from plygrad.backends.amd.hip import (
 )
 from plygrad.backends.amd.launch import LaunchLimits, launch_dims, pack_arguments
 from plygrad.ir.target import Target
-from plygrad.runtime.driver import check_ordinal, host_array
+from plygrad.runtime.device_memory import DeviceMemory
+from plygrad.runtime.driver import check_ordinal
 from plygrad.runtime.errors import BackendError
-from plygrad.runtime.plugin import Allocator, Backend, Compiler, Program
+from plygrad.runtime.plugin import Backend, Compiler, Program
 
 
-class AMDAllocator(Allocator[int]):
-    """Device memory of one GPU (hipMalloc); copies are blocking hipMemcpy calls on the null stream."""
+class AMDAllocator(DeviceMemory):
+    """Device memory of one GPU (hipMalloc); copies are blocking hipMemcpy calls on the null stream, so they follow
+    the kernels launched before them; between two GPUs hipMemcpyPeer (plygrad.runtime.device_memory)."""
+
+    device: AMDBackend
 
     def __init__(self, device: AMDBackend) -> None:
-        self.device = device
+        super().__init__(device)
         self.hip = device.hip
 
-    def alloc(self, nbytes: int) -> int:
-        if nbytes == 0:
-            return 0
-        self.device.activate()
+    def device_alloc(self, nbytes: int) -> int:
         return self.hip.malloc(nbytes)
 
-    def free(self, handle: int) -> None:
-        if handle:
-            self.device.activate()
-            self.hip.free(handle)
+    def device_free(self, handle: int) -> None:
+        self.hip.free(handle)
 
-    def copyin(self, handle: int, src: memoryview) -> None:
-        if src.nbytes:
-            host = host_array(src)
-            self.device.activate()
-            self.hip.copy(handle, ctypes.addressof(host), src.nbytes, MEMCPY_HOST_TO_DEVICE)
+    def to_device(self, dst: int, src_address: int, nbytes: int) -> None:
+        self.hip.copy(dst, src_address, nbytes, MEMCPY_HOST_TO_DEVICE)
 
-    def copyout(self, dst: memoryview, handle: int) -> None:
-        if dst.nbytes:
-            host = host_array(dst)
-            self.device.activate()
-            self.hip.copy(ctypes.addressof(host), handle, dst.nbytes, MEMCPY_DEVICE_TO_HOST)
+    def to_host(self, dst_address: int, src: int, nbytes: int) -> None:
+        self.hip.copy(dst_address, src, nbytes, MEMCPY_DEVICE_TO_HOST)
 
-    def transfer(self, dst: int, source: Allocator[Any], src: Any, nbytes: int) -> bool:
-        """The runtime's COPY between AMD devices, without the host: on one GPU a device-to-device copy (ordered
-        after the kernels launched before it), between two a peer copy after the source GPU finished its work."""
-        if not isinstance(source, AMDAllocator):
-            return False
-        if nbytes:
-            if source.device.ordinal == self.device.ordinal:
-                self.device.activate()
-                self.hip.copy(dst, src, nbytes, MEMCPY_DEVICE_TO_DEVICE)
-            else:
-                source.device.synchronize()
-                self.device.activate()
-                self.hip.copy_peer(dst, self.device.ordinal, src, source.device.ordinal, nbytes)
-        return True
+    def on_device(self, dst: int, src: int, nbytes: int) -> None:
+        self.hip.copy(dst, src, nbytes, MEMCPY_DEVICE_TO_DEVICE)
+
+    def from_peer(self, dst: int, source: DeviceMemory, src: int, nbytes: int) -> None:
+        assert isinstance(source, AMDAllocator)
+        self.hip.copy_peer(dst, self.device.ordinal, src, source.device.ordinal, nbytes)
+
+    def same_gpu(self, other: DeviceMemory) -> bool:
+        return isinstance(other, AMDAllocator) and other.device.ordinal == self.device.ordinal
 
 
 def _unload(hip: HipRuntime, ordinal: int, module: int) -> None:

@@ -11,7 +11,6 @@ Buffers are device pointers (ints; a zero-byte buffer is the null pointer, which
 
 from __future__ import annotations
 
-import ctypes
 import weakref
 from collections.abc import Sequence
 from typing import Any, Final
@@ -20,59 +19,47 @@ from plygrad.backends.nv.compiler import NVCompiler
 from plygrad.backends.nv.driver import Attribute, CudaDriver, CudaError, load_driver
 from plygrad.backends.nv.launch import launch_dims, pack_arguments
 from plygrad.backends.nv.target import cuda_target
-from plygrad.runtime.driver import check_ordinal, host_array
+from plygrad.runtime.device_memory import DeviceMemory
+from plygrad.runtime.driver import check_ordinal
 from plygrad.runtime.errors import BackendError
 from plygrad.runtime.launching import LaunchLimits
-from plygrad.runtime.plugin import Allocator, Backend, Compiler, Program
+from plygrad.runtime.plugin import Backend, Compiler, Program
 
 ELF_MAGIC: Final = b"\x7fELF"
 
 
-class NVAllocator(Allocator[int]):
-    """Device memory of one GPU (cuMemAlloc); copies are blocking cuMemcpy calls on the default stream."""
+class NVAllocator(DeviceMemory):
+    """Device memory of one GPU (cuMemAlloc); copies are blocking cuMemcpy calls on the default stream, so they
+    follow the kernels launched before them. Between two GPUs a peer copy (cuMemcpyPeer orders against the
+    destination context only, so the source GPU is synchronized first: plygrad.runtime.device_memory)."""
+
+    device: NVBackend
 
     def __init__(self, device: NVBackend) -> None:
-        self.device = device
+        super().__init__(device)
         self.driver = device.driver
 
-    def alloc(self, nbytes: int) -> int:
-        if nbytes == 0:
-            return 0
-        self.device.activate()
+    def device_alloc(self, nbytes: int) -> int:
         return self.driver.mem_alloc(nbytes)
 
-    def free(self, handle: int) -> None:
-        if handle:
-            self.device.activate()
-            self.driver.mem_free(handle)
+    def device_free(self, handle: int) -> None:
+        self.driver.mem_free(handle)
 
-    def copyin(self, handle: int, src: memoryview) -> None:
-        if src.nbytes:
-            host = host_array(src)
-            self.device.activate()
-            self.driver.copy_to_device(handle, ctypes.addressof(host), src.nbytes)
+    def to_device(self, dst: int, src_address: int, nbytes: int) -> None:
+        self.driver.copy_to_device(dst, src_address, nbytes)
 
-    def copyout(self, dst: memoryview, handle: int) -> None:
-        if dst.nbytes:
-            host = host_array(dst)
-            self.device.activate()
-            self.driver.copy_to_host(ctypes.addressof(host), handle, dst.nbytes)
+    def to_host(self, dst_address: int, src: int, nbytes: int) -> None:
+        self.driver.copy_to_host(dst_address, src, nbytes)
 
-    def transfer(self, dst: int, source: Allocator[Any], src: Any, nbytes: int) -> bool:
-        """The runtime's COPY between NV devices, without the host: on one GPU a device-to-device copy (ordered on
-        the default stream after the kernels launched before it), between two a peer copy after the source GPU
-        finished what it was running (cuMemcpyPeer orders against the destination context only)."""
-        if not isinstance(source, NVAllocator):
-            return False
-        if nbytes:
-            if source.device.context == self.device.context:
-                self.device.activate()
-                self.driver.copy_on_device(dst, src, nbytes)
-            else:
-                source.device.synchronize()
-                self.device.activate()
-                self.driver.copy_peer(dst, self.device.context, src, source.device.context, nbytes)
-        return True
+    def on_device(self, dst: int, src: int, nbytes: int) -> None:
+        self.driver.copy_on_device(dst, src, nbytes)
+
+    def from_peer(self, dst: int, source: DeviceMemory, src: int, nbytes: int) -> None:
+        assert isinstance(source, NVAllocator)
+        self.driver.copy_peer(dst, self.device.context, src, source.device.context, nbytes)
+
+    def same_gpu(self, other: DeviceMemory) -> bool:
+        return isinstance(other, NVAllocator) and other.device.context == self.device.context
 
 
 def _unload(driver: CudaDriver, context: int, module: int) -> None:
