@@ -10,7 +10,7 @@ docs/backends.md ("The shared plumbing") says how a backend uses it.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 from plygrad.runtime.errors import BackendError
@@ -98,11 +98,24 @@ class DriverLibrary:
         if status != self.SUCCESS:
             raise self.error(call, status, detail)
 
-    def _int(self, call: str, *args: Any, detail: str = "") -> int:
-        """The int a `call(int* out, *args)` function writes."""
-        out = ctypes.c_int()
+    def _out(self, call: str, ctype: Any, *args: Any, detail: str = "") -> Any:
+        """The value a `call(ctype* out, *args)` function writes, the call checked."""
+        out = ctype()
         self.check(call, getattr(self.lib, call)(ctypes.pointer(out), *args), detail)
         return out.value
+
+    def _int(self, call: str, *args: Any, detail: str = "") -> int:
+        """The int a `call(int* out, *args)` function writes."""
+        return int(self._out(call, ctypes.c_int, *args, detail=detail))
+
+    def _handle(self, call: str, *args: Any, detail: str = "") -> int:
+        """The handle (a pointer; 0 for null) a `call(void** out, *args)` function writes."""
+        return int(self._out(call, ctypes.c_void_p, *args, detail=detail) or 0)
+
+    def launch_error(self, call: str, status: int, name: str, grid: Sequence[int], block: Sequence[int]
+                     ) -> DriverError:
+        """The exception for a kernel launch that failed, naming the kernel and its sizes."""
+        return self.error(call, status, f"kernel {name!r}, grid {tuple(grid)}, block {tuple(block)}")
 
     def mem_info(self) -> tuple[int, int]:
         """(free, total) bytes of the current device."""

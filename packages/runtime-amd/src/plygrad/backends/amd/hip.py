@@ -177,32 +177,23 @@ class HipRuntime(DriverLibrary):
 
     # ---- modules and launches --------------------------------------------------------------------------------
     def module_load(self, image: bytes) -> int:
-        out = _HANDLE()
-        self.check("hipModuleLoadData", self.lib.hipModuleLoadData(ctypes.pointer(out), image),
-                   f"a {format_bytes(len(image))} code object")
-        return out.value or 0
+        return self._handle("hipModuleLoadData", image, detail=f"a {format_bytes(len(image))} code object")
 
     def module_unload(self, module: int) -> None:
         self.check("hipModuleUnload", self.lib.hipModuleUnload(module))
 
     def module_function(self, module: int, name: str) -> int:
-        out = _HANDLE()
-        self.check("hipModuleGetFunction", self.lib.hipModuleGetFunction(ctypes.pointer(out), module, name.encode()),
-                   f"function {name!r}")
-        return out.value or 0
+        return self._handle("hipModuleGetFunction", module, name.encode(), detail=f"function {name!r}")
 
     def launch(self, function: int, grid: Sequence[int], block: Sequence[int], extra: Any, name: str = "") -> None:
         """hipModuleLaunchKernel on the null stream; `extra` is the HIP_LAUNCH_PARAM list holding the argument
         buffer (launch.py)."""
         status = self.lib.hipModuleLaunchKernel(function, *grid, *block, 0, None, None, extra)
         if status != HIP_SUCCESS:
-            raise self.error("hipModuleLaunchKernel", status,
-                             f"kernel {name!r}, grid {tuple(grid)}, block {tuple(block)}")
+            raise self.launch_error("hipModuleLaunchKernel", status, name, grid, block)
 
     def event_create(self) -> int:
-        out = _HANDLE()
-        self.check("hipEventCreate", self.lib.hipEventCreate(ctypes.pointer(out)))
-        return out.value or 0
+        return self._handle("hipEventCreate")
 
     def event_record(self, event: int) -> None:
         self.check("hipEventRecord", self.lib.hipEventRecord(event, None))

@@ -157,9 +157,7 @@ class CudaDriver(DriverLibrary):
     def primary_context(self, device: int) -> int:
         """Retain the device's primary context: the one the CUDA runtime (and so PyTorch) uses too, so both can
         share pointers in one process. It is never released: it lives as long as the process."""
-        out = _HANDLE()
-        self.check("cuDevicePrimaryCtxRetain", self.lib.cuDevicePrimaryCtxRetain(ctypes.pointer(out), device))
-        return out.value or 0
+        return self._handle("cuDevicePrimaryCtxRetain", device)
 
     def set_current(self, context: int) -> None:
         """Make `context` current on the calling thread (contexts are per thread, and a device's calls may come
@@ -203,19 +201,13 @@ class CudaDriver(DriverLibrary):
 
     # ---- modules and launches --------------------------------------------------------------------------------
     def module_load(self, image: bytes) -> int:
-        out = _HANDLE()
-        self.check("cuModuleLoadData", self.lib.cuModuleLoadData(ctypes.pointer(out), image),
-                   f"a {format_bytes(len(image))} image")
-        return out.value or 0
+        return self._handle("cuModuleLoadData", image, detail=f"a {format_bytes(len(image))} image")
 
     def module_unload(self, module: int) -> None:
         self.check("cuModuleUnload", self.lib.cuModuleUnload(module))
 
     def module_function(self, module: int, name: str) -> int:
-        out = _HANDLE()
-        self.check("cuModuleGetFunction", self.lib.cuModuleGetFunction(ctypes.pointer(out), module, name.encode()),
-                   f"function {name!r}")
-        return out.value or 0
+        return self._handle("cuModuleGetFunction", module, name.encode(), detail=f"function {name!r}")
 
     def param_sizes(self, function: int) -> tuple[int, ...] | None:
         """The byte size of each of the function's parameters, or None when the driver predates
@@ -236,12 +228,10 @@ class CudaDriver(DriverLibrary):
         """cuLaunchKernel on the default stream; `params` is the `void*[]` of pointers to each argument value."""
         status = self.lib.cuLaunchKernel(function, *grid, *block, 0, None, params, None)
         if status != CUDA_SUCCESS:
-            raise self.error("cuLaunchKernel", status, f"kernel {name!r}, grid {tuple(grid)}, block {tuple(block)}")
+            raise self.launch_error("cuLaunchKernel", status, name, grid, block)
 
     def event_create(self) -> int:
-        out = _HANDLE()
-        self.check("cuEventCreate", self.lib.cuEventCreate(ctypes.pointer(out), 0))
-        return out.value or 0
+        return self._handle("cuEventCreate", 0)
 
     def event_record(self, event: int) -> None:
         self.check("cuEventRecord", self.lib.cuEventRecord(event, None))
