@@ -16,7 +16,6 @@ from plygrad.backends.amd.hip import (
     HipRuntime,
     arch_from_properties,
     declare,
-    format_bytes,
     load_hip,
 )
 from plygrad.runtime.errors import BackendError
@@ -108,8 +107,3 @@ def test_declare_sets_every_prototype_and_needs_the_required_ones() -> None:
     with pytest.raises(BackendError, match="has no hipMalloc: the HIP runtime is too old"):
         declare(library)
 
-
-@pytest.mark.parametrize(("nbytes", "text"), [(0, "0 bytes"), (1023, "1023 bytes"), (1536, "1.5 KiB"),
-                                              (80 << 30, "80 GiB"), (5 << 20, "5 MiB")])
-def test_format_bytes(nbytes: int, text: str) -> None:
-    assert format_bytes(nbytes) == text

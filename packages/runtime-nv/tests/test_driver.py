@@ -14,7 +14,6 @@ from plygrad.backends.nv.driver import (
     CudaError,
     CudaOutOfMemoryError,
     declare,
-    format_bytes,
     load_driver,
 )
 from plygrad.runtime.errors import BackendError
@@ -112,8 +111,3 @@ def test_declare_sets_every_prototype_and_needs_the_required_ones() -> None:
     with pytest.raises(BackendError, match="has no cuMemAlloc_v2: the NVIDIA driver is too old"):
         declare(library)
 
-
-@pytest.mark.parametrize(("nbytes", "text"), [(0, "0 bytes"), (1023, "1023 bytes"), (1536, "1.5 KiB"),
-                                              (80 << 30, "80 GiB"), (5 << 20, "5 MiB")])
-def test_format_bytes(nbytes: int, text: str) -> None:
-    assert format_bytes(nbytes) == text
