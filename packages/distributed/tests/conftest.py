@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,13 @@ class Job:
     stdout: str
     stderr: str
     seconds: float
+    script: Path
+
+    def outputs(self) -> list[Any]:
+        """What each rank wrote with `json.dump` to `f"{__file__}.{rank}.json"`, rank 0's first: long results go
+        through files, since the ranks' stdout pipes interleave a line longer than a pipe buffer."""
+        found = sorted(self.script.parent.glob(f"{self.script.name}.*.json"), key=lambda p: int(p.name.split(".")[-2]))
+        return [json.loads(path.read_text()) for path in found]
 
     def lines(self, prefix: str) -> list[str]:
         """The stdout lines that start with `prefix`, without it."""
@@ -58,7 +67,7 @@ def _launch(tmp_path: Path, source: str, n: int, *, env: dict[str, str] | None =
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "plygrad.distributed.run", "-n", str(n), str(script)],
                           capture_output=True, text=True, timeout=limit, env=_environment(env), check=False)
-    return Job(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+    return Job(done.returncode, done.stdout, done.stderr, time.monotonic() - started, script)
 
 
 def _run_alone(tmp_path: Path, source: str, *, env: dict[str, str] | None = None) -> Job:
@@ -68,7 +77,7 @@ def _run_alone(tmp_path: Path, source: str, *, env: dict[str, str] | None = None
     started = time.monotonic()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                           env=_environment(env), check=False)
-    return Job(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+    return Job(done.returncode, done.stdout, done.stderr, time.monotonic() - started, script)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@ DataParallel against one process, and fail-stop (an exception, a sleeping rank, 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-# one job runs every case; each rank prints `result <json>` with {case: values}
+# one job runs every case; each rank writes {case: values} to a file (Job.outputs)
 COLLECTIVES_JOB = """
     import json
     import numpy as np
@@ -40,7 +39,8 @@ COLLECTIVES_JOB = """
     results["scalar"] = dist.all_reduce(Tensor(float(rank + 1))).numpy().tolist()
     results["empty"] = list(dist.all_gather(dist.all_reduce(Tensor.zeros(0, 3))).shape)
     dist.barrier()
-    print("result", json.dumps({"rank": rank, **results}), flush=True)
+    with open(f"{__file__}.{rank}.json", "w") as f:
+        json.dump({"rank": rank, **results}, f)
 """
 
 
@@ -72,7 +72,7 @@ CASES = [f"{op} {dtype}" for dtype in ("float32", "float16", "int32") for op in 
 
 def _results(job: Any, n: int) -> list[dict[str, Any]]:
     assert job.returncode == 0, job.stdout + job.stderr
-    found = sorted((json.loads(line) for line in job.lines("result ")), key=lambda r: r["rank"])
+    found = job.outputs()
     assert [r["rank"] for r in found] == list(range(n)), job.stdout
     return found
 
@@ -130,7 +130,8 @@ TRAIN_STEP_JOB = """
         model(Tensor(x[mine])).sparse_categorical_crossentropy(Tensor(y[mine])).backward()
         dp.sync_gradients()
         opt.step()
-    print("params", json.dumps({"rank": rank, "params": [p.numpy().tolist() for p in get_parameters(model)]}))
+    with open(f"{__file__}.{rank}.json", "w") as f:
+        json.dump({"rank": rank, "params": [p.numpy().tolist() for p in get_parameters(model)]}, f)
 """
 
 
@@ -138,10 +139,10 @@ def test_a_data_parallel_step_on_two_ranks_equals_one_process_on_the_whole_batch
         tmp_path: Path, launch: Callable[..., Any], run_alone: Callable[..., Any]) -> None:
     alone = run_alone(tmp_path, TRAIN_STEP_JOB)
     assert alone.returncode == 0, alone.stderr
-    (reference,) = [json.loads(line)["params"] for line in alone.lines("params ")]
+    (reference,) = [r["params"] for r in alone.outputs()]
     job = launch(tmp_path, TRAIN_STEP_JOB, 2)
     assert job.returncode == 0, job.stdout + job.stderr
-    ranks = sorted((json.loads(line) for line in job.lines("params ")), key=lambda r: r["rank"])
+    ranks = job.outputs()
     assert [r["rank"] for r in ranks] == [0, 1]
     for result in ranks:
         for got, want in zip(result["params"], reference, strict=True):
@@ -231,3 +232,14 @@ def test_different_collectives_on_two_ranks_are_a_clear_error(tmp_path: Path, la
     for rank in (0, 1):
         (message,) = job.lines(f"caught on {rank}: ")
         assert "disagree on the op (rank 0: all_reduce(sum), rank 1: broadcast(root=0))" in message, message
+
+
+def test_a_script_imports_the_modules_beside_it_as_under_plain_python(tmp_path: Path,
+                                                                     launch: Callable[..., Any]) -> None:
+    (tmp_path / "helper_beside.py").write_text("ANSWER = 42\n")
+    job = launch(tmp_path, """
+        from helper_beside import ANSWER
+        print("answer", ANSWER, flush=True)
+    """, 1)
+    assert job.returncode == 0, job.stderr
+    assert job.lines("answer ") == ["42"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import runpy
 import sys
 import traceback
+from pathlib import Path
 
 from plygrad.distributed.world import init
 
@@ -35,6 +36,7 @@ def main(argv: list[str]) -> int:
         return 2
     world = init()
     sys.argv = list(argv)
+    sys.path[0] = str(Path(argv[0]).resolve().parent)  # as `python script.py` has it (-m put the cwd there)
     try:
         runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as exc:
