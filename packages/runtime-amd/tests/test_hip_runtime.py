@@ -19,30 +19,18 @@ from plygrad.backends.amd.hip import (
     load_hip,
 )
 from plygrad.runtime.errors import BackendError
+from plygrad.runtime.testing_gpu import check_driver_errors
 
 
-def test_out_of_memory_names_the_call_the_size_and_what_is_free() -> None:
+def test_errors_name_the_call_the_hip_error_and_what_was_asked() -> None:
     hip = HipRuntime(FakeHip(free_bytes=2 << 30, total_bytes=64 << 30))
-    with pytest.raises(HipOutOfMemoryError) as caught:
-        hip.malloc(80 << 30)
-    assert str(caught.value) == "hipMalloc: hipErrorOutOfMemory, asked 80 GiB, 2 GiB free of 64 GiB (out of memory)"
-    assert isinstance(caught.value, MemoryError), "the Allocator contract asks for MemoryError on a full device"
-    assert (caught.value.call, caught.value.status, caught.value.name) == ("hipMalloc", 2, "hipErrorOutOfMemory")
-
-
-def test_other_errors_carry_the_call_and_the_error_name() -> None:
-    hip = HipRuntime(FakeHip())
-    with pytest.raises(HipError, match=r"^hipModuleGetFunction: hipErrorNotFound, function 'nope' "
-                                       r"\(named symbol not found\)$") as caught:
-        hip.module_function(1, "nope")
-    assert not isinstance(caught.value, MemoryError)
-    with pytest.raises(HipError, match=r"^hipModuleLoadData: hipErrorInvalidImage, a 7 bytes code object$"):
-        hip.module_load(b"garbage")
-
-
-def test_an_error_the_runtime_cannot_name_still_says_its_number() -> None:
-    error = HipRuntime(FakeHip()).error("hipDeviceSynchronize", 999)
-    assert str(error) == "hipDeviceSynchronize: HIP error 999" and error.status == 999
+    check_driver_errors(
+        hip, allocate=hip.malloc,
+        out_of_memory="hipMalloc: hipErrorOutOfMemory, asked 80 GiB, 2 GiB free of 64 GiB (out of memory)",
+        missing_function="hipModuleGetFunction: hipErrorNotFound, function 'nope' (named symbol not found)",
+        bad_image="hipModuleLoadData: hipErrorInvalidImage, a 7 bytes code object",
+        unnamed=("hipDeviceSynchronize", "HIP error 999"))
+    assert issubclass(HipOutOfMemoryError, HipError)
 
 
 @pytest.mark.parametrize("status", [100, 35])

@@ -17,31 +17,18 @@ from plygrad.backends.nv.driver import (
     load_driver,
 )
 from plygrad.runtime.errors import BackendError
+from plygrad.runtime.testing_gpu import check_driver_errors
 
 
-def test_out_of_memory_names_the_call_the_size_and_what_is_free() -> None:
+def test_errors_name_the_call_the_cuda_error_and_what_was_asked() -> None:
     driver = CudaDriver(FakeCuda(free_bytes=2 << 30, total_bytes=80 << 30))
-    with pytest.raises(CudaOutOfMemoryError) as caught:
-        driver.mem_alloc(80 << 30)
-    assert str(caught.value) == ("cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY, asked 80 GiB, 2 GiB free of 80 GiB "
-                                 "(out of memory)")
-    assert isinstance(caught.value, MemoryError), "the Allocator contract asks for MemoryError on a full device"
-    assert (caught.value.call, caught.value.status, caught.value.name) == ("cuMemAlloc", 2, "CUDA_ERROR_OUT_OF_MEMORY")
-
-
-def test_other_errors_carry_the_call_and_the_error_name() -> None:
-    driver = CudaDriver(FakeCuda())
-    with pytest.raises(CudaError, match=r"^cuModuleGetFunction: CUDA_ERROR_NOT_FOUND, function 'nope' "
-                                        r"\(named symbol not found\)$") as caught:
-        driver.module_function(1, "nope")
-    assert not isinstance(caught.value, MemoryError)
-    with pytest.raises(CudaError, match=r"^cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE, a 7 bytes image$"):
-        driver.module_load(b"garbage")
-
-
-def test_an_error_the_driver_cannot_name_still_says_its_number() -> None:
-    error = CudaDriver(FakeCuda()).error("cuCtxSynchronize", 999)
-    assert str(error) == "cuCtxSynchronize: CUDA error 999" and error.status == 999
+    check_driver_errors(
+        driver, allocate=driver.mem_alloc,
+        out_of_memory="cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY, asked 80 GiB, 2 GiB free of 80 GiB (out of memory)",
+        missing_function="cuModuleGetFunction: CUDA_ERROR_NOT_FOUND, function 'nope' (named symbol not found)",
+        bad_image="cuModuleLoadData: CUDA_ERROR_INVALID_IMAGE, a 7 bytes image",
+        unnamed=("cuCtxSynchronize", "CUDA error 999"))
+    assert issubclass(CudaOutOfMemoryError, CudaError)
 
 
 @pytest.mark.parametrize(("status", "message"), [

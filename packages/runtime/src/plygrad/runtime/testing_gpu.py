@@ -14,12 +14,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from plygrad.runtime.compiling import run_tool
 from plygrad.runtime.device import BackendStatus, Device
+from plygrad.runtime.driver import DriverError, DriverLibrary
 from plygrad.runtime.errors import BackendError, CompileError
 from plygrad.runtime.plugin import Allocator, Backend, Compiler
 
@@ -159,6 +161,33 @@ def assert_round_trip(allocator: Allocator[Any], data: bytes) -> Any:
     assert bytes(out) == data, "the bytes copied out are not the bytes copied in"
     allocator.free(handle)
     return handle
+
+
+def _raised(action: Callable[[], object]) -> DriverError:
+    try:
+        action()
+    except DriverError as exc:
+        return exc
+    raise AssertionError("expected a DriverError")
+
+
+def check_driver_errors(wrapper: DriverLibrary, *, allocate: Callable[[int], object], out_of_memory: str,
+                        missing_function: str, bad_image: str, unnamed: tuple[str, str]) -> None:
+    """A driver wrapper over a FakeGPU (2 GiB free) names its errors as the driver does: allocating 80 GiB raises
+    `out_of_memory` (a MemoryError, with call, status 2 and name), a missing kernel `missing_function` and 7 bytes
+    of garbage as a module `bad_image` (neither a MemoryError), and a status the driver cannot name its number
+    (`unnamed`: the call, and the message after it)."""
+    error = _raised(lambda: allocate(80 << 30))
+    assert str(error) == out_of_memory, str(error)
+    assert isinstance(error, MemoryError), "the Allocator contract asks for MemoryError on a full device"
+    assert error.status == 2 and out_of_memory.startswith(f"{error.call}: {error.name}, "), (error.call, error.name)
+    for action, message in ((lambda: wrapper.module_function(1, "nope"), missing_function),  # type: ignore[attr-defined]
+                            (lambda: wrapper.module_load(b"garbage"), bad_image)):  # type: ignore[attr-defined]
+        error = _raised(action)
+        assert str(error) == message and not isinstance(error, MemoryError), str(error)
+    call, text = unnamed
+    error = wrapper.error(call, 999)
+    assert str(error) == f"{call}: {text}" and error.status == 999, str(error)
 
 
 class FakeGPUBackendChecks:
