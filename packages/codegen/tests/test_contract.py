@@ -136,6 +136,20 @@ def test_pass_order_is_one_list() -> None:
                                             "simplify_lowered", "linearize", "render"]
 
 
+def test_c_family_renderers_share_one_op_table() -> None:
+    """CUDA, HIP and Metal replace entries of the C family's op table (renderer/rules.py), and drop none."""
+    from plygrad.codegen.renderer.c import CFunction
+    from plygrad.codegen.renderer.cuda import CudaFunction
+    from plygrad.codegen.renderer.hip import HipFunction
+    from plygrad.codegen.renderer.metal import MetalFunction
+    from plygrad.codegen.renderer.rules import RULES
+
+    for function in (CFunction, CudaFunction, HipFunction, MetalFunction):
+        assert function.rules.keys() == RULES.keys(), function.__name__
+    assert CudaFunction.rules[Ops.ADD] is RULES[Ops.ADD]  # the ALU rules are written once
+    assert CudaFunction.spelling.arith[Ops.ADD] != CFunction.spelling.arith[Ops.ADD]  # their spelling differs
+
+
 def test_unsupported_dtype_is_rejected() -> None:
     target = Target("CPU", "c", supported_dtypes=(dtypes.float32, dtypes.int32, dtypes.bool))
     lower_uop(elementwise_add(dtypes.float32, 8), target)

@@ -1,28 +1,10 @@
 """Lowering a kernel AST to a PROGRAM: the passes, in the one order they run.
 
-`PASSES` below is the whole pipeline; each entry is a named step over a `Lowering` state:
-
-1. `verify`: the input is a KERNEL-stage graph (checked when it is decoded from bytes or, in process, here);
-2. `merge_axes`: on a CPU, two row axes of a matmul-shaped kernel that every address reads as one become one
-   (merge.py: a linear layer over a batch of sequences has 8 x 21 rows, which tile as 168);
-   `split_ranges`: on a CPU, a reduce range read as `r // c` and `r % c` becomes two (split.py: attention's heads);
-   `Opt` axis ids name the axes of the kernel these two passes made;
-   `simplify`: plygrad.ir's symbolic rules on the index math, and gates they decide (gates.py);
-   `unshare_ranges`: a REDUCE over a RANGE that another REDUCE also uses gets its own copy (expand.py);
-   `gather`: a one-hot selection REDUCE (`idx == r ? x(r) : 0` over r) becomes a gated load at idx (gather.py);
-3. `optimize`: the explicit optimization stage (opts.py): the given `Opt`s, or the heuristic's (heuristic.py);
-   `gpu_dims`: on a target with workgroups, output loops become GLOBAL (launch) ranges (gpu.py);
-4. `expand_upcast`: UPCAST ranges become unrolled stores (expand.py), one contiguous UPCAST axis of a vector
-   width vector lanes (vectorize.py);
-   `group_reduce`: GROUP_REDUCE reductions become shared-memory partials, a barrier and a serial finish (gpu.py);
-5. `lower_reduce`: REDUCEs become accumulators updated in their loops, UNROLL ranges unrolled updates;
-   `fuse_wmma`: a tensor-core product added to accumulators becomes one WMMA accumulating them (tensor_core.py);
-   `pack_panels`: on a CPU, a vector operand reread by an inner loop is copied into a contiguous local buffer
-   first (pack.py);
-   `transpose_gathers`: W unrolled copies of a gathered operand read as W row vectors, transposed (transpose.py);
-6. `simplify_lowered`: the symbolic rules again over the constants the expansion substituted;
-7. `linearize`: the flat statement list with loops (linearize.py);
-8. `render`: the target's renderer (renderer/), and ProgramInfo with op and memory estimates.
+`PASSES` below is the whole pipeline: `(name, function)` entries over one `Lowering` state, each function the pass
+itself or, for a pass that only rewrites the kernel, `Rewrite(pass)` (the one adapter). In order: verify the input;
+CPU axis merges and splits; simplify; gathers become loads; the optimization stage (opts.py, heuristic.py); launch
+ranges; unrolling and vector lanes; GROUP reductions; accumulators; tensor-core fusion; CPU panel packing and
+register transposes; simplify again; linearize; render. docs/codegen.md §1 says what each pass does.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The CUDA renderer: one self-contained `extern "C" __global__` kernel per program (docs/codegen.md §5).
 
-It shares the C renderer's statement and ALU rules (`CFunction`: wrapping integer arithmetic, the division, shift
-and float -> int guards of docs/ir.md §5, float16/bfloat16 computed in float and rounded after every op) and
-changes only the spelling and the frame:
-
-- launch ranges are not loops: GLOBAL ranges are block indices, LOCAL and GROUP_REDUCE ranges thread indices
-  (`LaunchPlan`); more than three of a kind share a dimension (an index is then `blockIdx.x / stride % size`);
-- float ADD/SUB/MUL/FDIV are the `__f*_rn`/`__d*_rn` intrinsics, which the compiler never contracts into an FMA
-  whatever the flags (`-fmad=true` is nvcc's and NVRTC's default), and are correctly rounded even under
-  `--use_fast_math`;
-- workgroup reductions (gpu.py) use static `__shared__` arrays and `__syncthreads()`; a serial loop around a
-  barrier ends each iteration with another one, and a global store outside the GROUP_REDUCE block is made by the
-  thread with group index 0 only (all of them hold the same value);
-- no headers: built-in C++ types, 16-bit floats as `unsigned short` bits (cuda_types.py);
-- vectors are memory-only (`vector_forms`): a vector LOAD is one aligned `plygrad_load_float4(&data1[i])` into a
-  struct whose lanes (GEP) are scalar locals, a vector STORE one `plygrad_store_float4` of the struct its
-  VECTORIZE packs; the arithmetic stays scalar, as a GPU thread's is.
+It writes values through the C family's op table (rules.py, with CUDA's `CUDA_SPELLING` and `CUDA_RULES`: float
+arithmetic as the never-contracted `__f*_rn` intrinsics, 16-bit floats as `unsigned short` bits, vector structs) and
+owns the frame: GLOBAL ranges are block indices, LOCAL and GROUP_REDUCE ranges thread indices (`launch_plan`; more
+than three of a kind share a dimension), workgroup reductions use `__shared__` arrays and `__syncthreads()`, and a
+global store outside the GROUP_REDUCE block is made by the group's thread 0 only. Vectors are memory-only
+(`vector_forms`): one aligned `plygrad_load_float4` into a struct whose lanes are scalar locals, and back.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """The HIP renderer: one header-free `extern "C" __attribute__((global))` kernel per program, for AMD GPUs
 (docs/codegen.md §5.3).
 
-HIP is CUDA's programming model, so this renderer is the cuda renderer (`CudaFunction`: the launch plan, GROUP
-reductions through shared memory and barriers, memory-only vectors, tensor-core statements, and through it the C
-renderer's ALU rules and guards) with its spelling changed where CUDA's needs a header HIP would have to include:
-
-- launch indices are clang builtins (`__builtin_amdgcn_workgroup_id_x()`, `__builtin_amdgcn_workitem_id_x()`);
-- a barrier is `__builtin_amdgcn_s_barrier()` between a release and an acquire fence at workgroup scope (what
-  HIP's `__syncthreads` is); shared memory is `static __attribute__((shared))`;
-- the kernel is `extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(1, THREADS)))`;
-- float ADD/SUB/MUL/FDIV are the plain operators under `#pragma clang fp contract(off)` (IEEE, correctly rounded,
-  never fused; division and sqrt correctly rounded by clang's HIP default), SQRT and TRUNC clang builtins, and the
-  transcendentals the program's own helpers where no builtin is accurate (hip_math.py);
-- NaN/inf constants are `__builtin_nanf("")`/`__builtin_inff()`, BITCAST `__builtin_bit_cast`;
-- helpers are the CUDA renderer's, respelled (hip_types.py); tensor cores are WMMA (gfx11xx, 32 lanes) or MFMA
-  (gfx90a/gfx94x, 64 lanes) helpers around clang's builtins (hip_mma.py).
-
-16-bit floats stay `unsigned short` bits converted by the integer helpers, computed in float and rounded after every
-op, as in the CUDA program: the same bits as the C backend, on every arch.
+HIP is CUDA's programming model, so this is the cuda renderer's frame (`CudaFunction`: the launch plan, GROUP
+reductions, memory-only vectors, tensor-core statements) with clang's builtins where CUDA's words need a header:
+launch indices, barriers between workgroup fences, `static __attribute__((shared))` memory. Values go through the
+C family's op table (rules.py) in `HIP_SPELLING` (plain IEEE operators under `#pragma clang fp contract(off)`,
+builtins or the program's own math helpers, hip_math.py) and `HIP_RULES` (BITCAST is `__builtin_bit_cast`);
+tensor cores are WMMA or MFMA helpers (hip_mma.py).
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """The metal renderer: one self-contained Metal Shading Language `kernel` per program (docs/codegen.md §5.2).
 
-A Metal kernel is a CUDA kernel in other words, so this renderer is the CUDA renderer's `CudaFunction` (and through it
-the C renderer's `CFunction`: every ALU rule of docs/ir.md §5, the division, shift and float -> int guards) with
-the spelling hooks overridden:
-
-- the frame: `kernel void NAME(device float* data0 [[buffer(0)]], const device float* data1 [[buffer(1)]], ...,
-  constant long& VAR [[buffer(k)]], uint3 gid [[threadgroup_position_in_grid]], uint3 lid
-  [[thread_position_in_threadgroup]])`: buffers bound in parameter order, each variable one 8-byte `long` bound
-  after them (the launcher's setBytes). Metal binds 31 at most: a kernel with more (a cat of 40 tensors) takes one
-  `constant plygrad_args& args [[buffer(0)]]` instead, a struct of the buffers' GPU addresses and the variables
-  (8 bytes each, in the same order), copied into locals of the usual names first (Metal 3's bindless buffers);
-- launch ranges are `gid` (threadgroups) and `lid` (threads) where CUDA has `blockIdx` and `threadIdx`, planned by
-  the same `launch_plan`; workgroup reductions use `threadgroup` arrays, declared at the top of the kernel, and
-  `threadgroup_barrier(mem_flags::mem_threadgroup)`;
-- Metal's types (metal_types.py): `long` for 64-bit integers and the index, `half` for float16 in memory, bfloat16
-  as `ushort` bits; no float64 (Target.metal does not support it);
-- float arithmetic: ADD/SUB/MUL are the plain IEEE operators, one per statement, which Metal's safe math mode does
-  not contract (the program also says `#pragma METAL fp contract(off)`, and the runtime compiles with fast math
-  off); FDIV is `metal::precise::divide`, SQRT EXP2 LOG2 SIN POW the `metal::precise::` functions (the fast ones
-  are far from correctly rounded), TRUNC `trunc`; MULACC on floats is `fma` (docs/ir.md allows a fused one);
-- BITCAST is `as_type<T>`; float -> integer casts go through a float-only `plygrad_f2i` (Metal has no double).
-
+A Metal kernel is a CUDA kernel in other words: this is the cuda renderer's frame (`CudaFunction`, the same
+`launch_plan` over `gid`/`lid`, `threadgroup` arrays and barriers) with Metal's signature (buffers bound in parameter
+order, variables as `constant long&`; past 31 bindings one `plygrad_args` struct of addresses and values), and the
+C family's op table (rules.py) in `METAL_SPELLING` (metal_types.py; `metal::precise::` division and math, no
+float64) and `METAL_RULES` (float MULACC is `fma`, BITCAST `as_type<T>`, float -> int a float-only `plygrad_f2i`).
 Scalar code only: no vector loads yet (Target.metal has no vector widths) and no simdgroup-matrix tensor cores yet.
 """
 

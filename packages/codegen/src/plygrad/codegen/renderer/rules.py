@@ -1,4 +1,4 @@
-"""The C family's op table: how C, CUDA, HIP and Metal write the value of each op (docs/codegen.md §5.0).
+"""The C family's op table: how C, CUDA, HIP and Metal write the value of each op (docs/codegen.md §4).
 
 `RULES` maps every op a statement can compute (loads, casts, bitcasts, lanes, vectors and the ALU ops of
 docs/ir.md §5) to a rule: a function of the function being rendered and the node, giving the expression. The rules
