@@ -90,3 +90,9 @@ def launch() -> Callable[..., Job]:
 def run_alone() -> Callable[..., Job]:
     """`run_alone(tmp_path, source, env=...)`: the script as a plain process, a world of one."""
     return _run_alone
+
+
+@pytest.fixture(scope="session")
+def job_environment() -> Callable[..., dict[str, str]]:
+    """`job_environment(extra)`: this process's environment without launcher variables, plus `extra`."""
+    return _environment

@@ -4,12 +4,18 @@ DataParallel against one process, and fail-stop (an exception, a sleeping rank, 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from plygrad.distributed import run
 
 # one job runs every case; each rank writes {case: values} to a file (Job.outputs)
 COLLECTIVES_JOB = """
@@ -200,37 +206,47 @@ def test_a_killed_rank_ends_the_job(tmp_path: Path, launch: Callable[..., Any]) 
 
 def test_a_shape_mismatch_is_a_clear_error_on_every_rank(tmp_path: Path, launch: Callable[..., Any]) -> None:
     job = launch(tmp_path, """
+        import json
         from plygrad import distributed as dist
         from plygrad.frontend import Tensor
         rank = dist.rank()
         try:
             dist.all_reduce(Tensor.ones(4 + rank, 3))
+            caught = None
         except dist.DistributedError as exc:
-            print(f"caught on {rank}: {exc}", flush=True)
+            caught = str(exc)
         # the communicator is still usable: the ranks go on together
-        print(f"after on {rank}:", dist.all_reduce(Tensor([1.0])).numpy().tolist(), flush=True)
+        after = dist.all_reduce(Tensor([1.0])).numpy().tolist()
+        with open(f"{__file__}.{rank}.json", "w") as f:
+            json.dump({"caught": caught, "after": after}, f)
     """, 2)
     assert job.returncode == 0, job.stdout + job.stderr
-    for rank in (0, 1):
-        (message,) = job.lines(f"caught on {rank}: ")
-        assert message.startswith(f"all_reduce #1 on rank {rank}: the ranks disagree on the shape "
-                                  "(rank 0: (4, 3), rank 1: (5, 3))"), message
-        assert job.lines(f"after on {rank}: ") == ["[2.0]"]
+    outputs = job.outputs()
+    assert len(outputs) == 2
+    for rank, output in enumerate(outputs):
+        assert output["caught"].startswith(f"all_reduce #1 on rank {rank}: the ranks disagree on the shape "
+                                           "(rank 0: (4, 3), rank 1: (5, 3))"), output
+        assert output["after"] == [2.0]
 
 
 def test_different_collectives_on_two_ranks_are_a_clear_error(tmp_path: Path, launch: Callable[..., Any]) -> None:
     job = launch(tmp_path, """
+        import json
         from plygrad import distributed as dist
         from plygrad.frontend import Tensor
         rank = dist.rank()
         try:
             dist.all_reduce(Tensor([1.0])) if rank == 0 else dist.broadcast(Tensor([1.0]), src=0)
+            caught = None
         except dist.DistributedError as exc:
-            print(f"caught on {rank}: {exc}", flush=True)
+            caught = str(exc)
+        with open(f"{__file__}.{rank}.json", "w") as f:
+            json.dump(caught, f)
     """, 2)
     assert job.returncode == 0, job.stdout + job.stderr
-    for rank in (0, 1):
-        (message,) = job.lines(f"caught on {rank}: ")
+    outputs = job.outputs()
+    assert len(outputs) == 2
+    for message in outputs:
         assert "disagree on the op (rank 0: all_reduce(sum), rank 1: broadcast(root=0))" in message, message
 
 
@@ -243,3 +259,25 @@ def test_a_script_imports_the_modules_beside_it_as_under_plain_python(tmp_path: 
     """, 1)
     assert job.returncode == 0, job.stderr
     assert job.lines("answer ") == ["42"]
+
+
+def test_an_exception_under_plain_mpiexec_ends_the_job_too(tmp_path: Path,
+                                                          job_environment: Callable[..., dict[str, str]]) -> None:
+    # no rank wrapper: the mpi provider's excepthook reports and aborts once the rank has joined the job
+    script = tmp_path / "plain.py"
+    script.write_text(textwrap.dedent("""
+        from plygrad import distributed as dist
+        from plygrad.frontend import Tensor
+        dist.barrier()
+        if dist.rank() == 1:
+            raise ValueError("rank 1 fails on purpose")
+        while True:
+            dist.all_reduce(Tensor([1.0]))
+    """))
+    env = job_environment({"PLYGRAD_DIST_TIMEOUT": "60"})
+    started = time.monotonic()
+    done = subprocess.run([run.find_mpiexec(), "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60, env=env, check=False)
+    assert time.monotonic() - started < 30
+    assert done.returncode != 0
+    assert "[rank 1] ValueError: rank 1 fails on purpose" in done.stderr, done.stderr

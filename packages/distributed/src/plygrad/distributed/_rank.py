@@ -13,12 +13,13 @@ import sys
 import traceback
 from pathlib import Path
 
+from plygrad.distributed.errors import rank_prefixed
 from plygrad.distributed.world import init
 
 
 def _report(rank: int, text: str) -> None:
     sys.stdout.flush()
-    sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in text.rstrip("\n").splitlines()))
+    sys.stderr.write(rank_prefixed(rank, text))
     sys.stderr.flush()
 
 

@@ -8,3 +8,8 @@ from plygrad.runtime.collectives import CollectiveError
 class DistributedError(CollectiveError):
     """A job cannot go on: mpi4py is missing, a collective timed out (a rank died or hangs), the ranks called
     different collectives or passed different shapes or dtypes, or the launch environment contradicts itself."""
+
+
+def rank_prefixed(rank: int, text: str) -> str:
+    """`text` with every line prefixed `[rank k] `, as a failing rank reports to the job's shared stderr."""
+    return "".join(f"[rank {rank}] {line}\n" for line in text.rstrip("\n").splitlines())

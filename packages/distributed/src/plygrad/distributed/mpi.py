@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 import zlib
 from dataclasses import dataclass
 from enum import IntEnum
-from types import ModuleType
+from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import numpy as np
 
 from plygrad.distributed.config import PLYGRAD_DIST_TIMEOUT
-from plygrad.distributed.errors import DistributedError
+from plygrad.distributed.errors import DistributedError, rank_prefixed
 from plygrad.ir.dtype import DType, dtypes
 from plygrad.runtime.collectives import CollectiveProvider, ReduceOp, as_bytes
 
@@ -110,6 +111,8 @@ class MPIProvider(CollectiveProvider):
         self._size = int(self._comm.Get_size())
         self._seq = 0
         self._broken = ""  # why the communicator may no longer be used (a collective left unfinished)
+        if self._size > 1:
+            self._abort_on_uncaught_exceptions()
 
     @property
     def rank(self) -> int:
@@ -159,6 +162,16 @@ class MPIProvider(CollectiveProvider):
         sys.stderr.flush()
         self._comm.Abort(code)
         raise SystemExit(code)  # Abort does not return; this line is for the type checker
+
+    def _abort_on_uncaught_exceptions(self) -> None:
+        """Under plain `mpiexec python script.py` (no rank wrapper) an exception on one rank would leave the others
+        waiting forever: the interpreter's last step for an uncaught exception now reports it and aborts the job."""
+        def report_and_abort(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+            sys.stderr.write(rank_prefixed(self._rank, "".join(traceback.format_exception(kind, exc, tb))))
+            sys.stderr.write(rank_prefixed(self._rank, "uncaught exception; aborting the job"))
+            self.abort(1)
+
+        sys.excepthook = report_and_abort
 
     # ---- the two rules --------------------------------------------------------------------------------------------
     def _agree(self, kind: Kind, arg: int, dtype: DType | None, buf: memoryview | None,
