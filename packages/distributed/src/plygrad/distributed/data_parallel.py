@@ -77,6 +77,8 @@ class DataParallel:
 
     def broadcast_state(self) -> None:
         """Copy rank 0's parameters and buffers to every rank, in place (done at construction)."""
+        if self.world.world_size == 1:
+            return
         tensors = [*self.params, *self.buffers]
         for bucket in buckets(tensors, self.bucket_bytes):
             self._through_host([tensors[i] for i in bucket], lambda buf, dt, shape: self.world.provider.broadcast(
