@@ -84,8 +84,9 @@ def math_call(r: CFunction, op: Ops, dtype: DType, args: list[str]) -> str:
         if op is Ops.SQRT:
             r.vector_sqrt.add(dtype)
             return f"plygrad_sqrt_{r.local_type(dtype)[8:]}({args[0]})"
-        r.vector_exp2.add(dtype)
-        return f"plygrad_exp2_{r.local_type(dtype)[8:]}({args[0]})"
+        if op is Ops.EXP2 and dtype.scalar() is dtypes.float32:
+            r.vector_exp2.add(dtype)
+            return f"plygrad_exp2_{r.local_type(dtype)[8:]}({args[0]})"
     call = r.spelling.math32.get(op) if dtype is dtypes.float32 else None
     if call is None:
         call = r.spelling.math[op][1 if dtype is dtypes.float64 else 0]
