@@ -1,10 +1,10 @@
 """The rest of tinygrad 0.14's and PyTorch's Tensor API: properties, rounding division, matrix decompositions,
-einops rearrange, unpooling, storage helpers, keyed random bits, and tinygrad's small helpers (`const ufix usum uprod
+einops rearrange, unpooling, storage helpers, and tinygrad's small helpers (`const ufix usum uprod
 threefry contiguous_backward max_shape max_numel schedule_linear from_url`).
 
 Each function here is a thin, typed wrapper with the public signature and docstring, bound as a Tensor method like
 every op module's; the work lives in the module of its idea (plygrad.frontend.linalg, .rearrange, .storage,
-.keyed_random, .fetch, .gradient_marks), so a reader finds QR in `linalg.py`. The few that are a line or two of
+.fetch, .gradient_marks), so a reader finds QR in `linalg.py`. The few that are a line or two of
 composition are written here directly.
 
 Signatures and results follow tinygrad 0.14, which follows PyTorch where both have a method; where they differ the
@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
-from plygrad.frontend import core, elementwise, fetch, gradient_marks, keyed_random, linalg, storage
+from plygrad.frontend import core, elementwise, fetch, gradient_marks, linalg, storage
 from plygrad.frontend import rearrange as rearrange_module
 from plygrad.frontend.lazy import Scalar, is_tensor
 from plygrad.ir import DTypeError, DTypeLike, Ops, ShapeError, UOp, dtypes, result_dtype, to_dtype
@@ -102,12 +102,6 @@ def sequential(t: Tensor, ll: Sequence[Callable[[Tensor], Tensor]]) -> Tensor:
 def const_like(x: Tensor, b: Scalar, dtype: DTypeLike | None = None) -> Tensor:
     """A constant `b` with this tensor's shape and device (and dtype, unless given); it costs no memory."""
     return x._const(b, None if dtype is None else to_dtype(dtype))
-
-
-def random_bits(cls: type[Tensor], key: Tensor, counter: Tensor, num: int) -> Tensor:
-    """`num` uint32 words of tinygrad's keyed Threefry stream for `key` and `counter` (two uint32 words each)
-    (plygrad.frontend.keyed_random)."""
-    return keyed_random.random_bits(key, counter, num)
 
 
 # ---- storage ------------------------------------------------------------------------------------------------

@@ -38,8 +38,9 @@ def _checked(t: Tensor, what: str) -> Tensor:
     return t.cast(dtypes.uint32)
 
 
-def random_bits(key: Tensor, counter: Tensor, num: int) -> Tensor:
-    """`num` uint32 random words for `key` and `counter` (see the module docstring)."""
+def random_bits(cls: type[Tensor], key: Tensor, counter: Tensor, num: int) -> Tensor:
+    """`Tensor.random_bits`: `num` uint32 random words of tinygrad's keyed Threefry stream for `key` and `counter`
+    (two uint32 words each; see the module docstring)."""
     if type(num) is not int or num < 0:
         raise ValueError(f"random_bits: num must be an int >= 0, got {num!r}")
     key, counter = _checked(key, "key"), _checked(counter, "counter")

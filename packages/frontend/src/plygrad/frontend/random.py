@@ -1,23 +1,11 @@
-"""Counter-based random numbers: Threefry-2x32 (the IR's THREEFRY op) of a counter and a key made from the seed.
+"""The seeded random stream behind `rand`: Threefry-2x32 (the IR's THREEFRY op) of a counter under a key made from
+the seed, and the in-graph counter `0..n-1` (`counter`, which `arange` uses too).
 
-Nothing is stateful on the device: the n samples of one `rand` call are THREEFRY(offset + i, key) for i < n, where
-`offset` advances by n per call. So a seed fixes the whole sequence of tensors (`manual_seed`), any scheduler or
-backend gives the same bits, and the samples are computed inside the consumer's kernel.
-
-The counter `0..n-1` is built in the graph without memory or a reduce: for n <= 2**k it is the sum of k tensors of
-shape (2,)*k, tensor j holding 0 or 2**(k-1-j) along axis j (a PAD of a one-element constant); reshaped to (2**k,)
-and cut to n. That is one fused elementwise kernel whatever reads it.
-
-The offset and the seed enter the graph as bound kernel variables, not constants: draw number k reads
-`BIND(DEFINE_VAR("rng_ofs<k>"), offset)` and `BIND(DEFINE_VAR("rng_key<k>"), seed)` (int64, cast to uint64). So the
-kernels of every draw of one size are one structure: they are scheduled and compiled once whatever the offset and
-seed (the realize path renumbers the `rng_` variables like it renumbers buffers, scheduling.normalize), and a
-replay of recorded kernels (TinyJit) draws fresh numbers by launching them with new values (`Draw`, `take`).
-
-Threads share one generator, as in PyTorch (`manual_seed` sets it for the process): each draw takes its counter
-range under a lock, so two threads drawing at once never get the same numbers. How many values the calling thread
-has drawn is kept per thread (`drawn_here`), and `logging_draws()` lists this thread's draws (with their variable
-names) for a TinyJit recording.
+A draw of n values is THREEFRY(offset + i, key) for i < n, the offset advancing by n per draw. The offset and the
+seed enter the graph as bound kernel variables, so every draw of one size is one kernel structure and a TinyJit
+replay draws fresh numbers. Threads share one generator (each draw takes its counter range under a lock); what a
+thread drew is kept per thread. docs/frontend.md, "Randomness", says how and why; tinygrad's keyed stream
+(`Tensor.random_bits`) is keyed_random.py.
 """
 
 from __future__ import annotations
@@ -69,7 +57,7 @@ _LOG: Final[ContextVar[list[Draw] | None]] = ContextVar("plygrad_random_log", de
 _DRAW_IDS: Final = itertools.count()  # next() is atomic under the GIL: every draw gets its own variable names
 
 
-def manual_seed(seed: int) -> None:
+def set_seed(seed: int) -> None:
     """Restart the random sequence from `seed` (any int; it is reduced to 64 bits)."""
     with _TAKING:
         _STATE.seed, _STATE.offset = seed % 2**64, 0
@@ -143,7 +131,7 @@ def _bound(name: str, vmin: int, value: int, n: int) -> UOp:
     return movement(movement(var.cast(dtypes.uint64), Ops.RESHAPE, (1,)), Ops.EXPAND, (n,))
 
 
-def random_bits(n: int, device: str) -> UOp:
+def bits_uop(n: int, device: str) -> UOp:
     """n uint64 words of Threefry output for the next n counter values of the current seed."""
     if type(n) is not int:
         raise ShapeError("random numbers need a shape of ints, got a symbolic size: each value draws its own counter "
@@ -158,11 +146,11 @@ def random_bits(n: int, device: str) -> UOp:
     return ctr.alu(Ops.THREEFRY, _bound(draw.key_var, _INT64_MIN, signed_key(seed), n))
 
 
-def uniform(n: int, dtype: DType, device: str) -> UOp:
+def uniform_uop(n: int, dtype: DType, device: str) -> UOp:
     """n floats of `dtype` uniform in [0, 1): the top `mantissa` bits of each word times 2**-mantissa, which is
     exact in `dtype`, so 1.0 can never come out of rounding."""
     bits = MANTISSA_BITS[dtype]
     compute = dtypes.float64 if bits > 24 else dtypes.float32
-    top = random_bits(n, device).alu(Ops.SHR, const_uop(dtypes.uint64, 64 - bits, (n,)))
+    top = bits_uop(n, device).alu(Ops.SHR, const_uop(dtypes.uint64, 64 - bits, (n,)))
     value = top.cast(compute).alu(Ops.MUL, const_uop(compute, 2.0**-bits, (n,)))
     return value.cast(dtype)

@@ -40,7 +40,7 @@ def dropout(x: Tensor, p: float = 0.5) -> Tensor:
         return x
     if p == 1.0:
         return x.mul(0)
-    draws = x._make(random.uniform(x.numel(), dtypes.float32, x.device), x.device)
+    draws = x._make(random.uniform_uop(x.numel(), dtypes.float32, x.device), x.device)
     keep = draws.reshape(x.shape).ge(p)
     return keep.where(x.mul(1.0 / (1.0 - p)), 0)
 
@@ -63,7 +63,7 @@ def _like_float(x: Tensor) -> DType:
 
 def manual_seed(seed: int = 0) -> None:
     """Make `rand`/`randn` reproducible: the same seed gives the same sequence of tensors."""
-    random.manual_seed(seed)
+    random.set_seed(seed)
 
 
 def rand(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None,
@@ -77,7 +77,7 @@ def rand(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None
     if not dt.is_float:
         raise DTypeError(f"rand makes floats, not {dt}; cast the result to get another dtype")
     dev = resolve_device(device)
-    drawn = cls._make(random.uniform(math.prod(dims), dt, dev), dev).reshape(dims)
+    drawn = cls._make(random.uniform_uop(math.prod(dims), dt, dev), dev).reshape(dims)
     return creation.requiring_grad(drawn, requires_grad)
 
 

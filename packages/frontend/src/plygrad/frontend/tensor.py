@@ -25,6 +25,7 @@ from plygrad.frontend import (
     elementwise,
     host,
     indexing,
+    keyed_random,
     losses,
     movement,
     norm,
@@ -479,7 +480,8 @@ class Tensor(LazyTensor):
     is_floating_point = compat.is_floating_point
     rearrange, qr, svd = compat.rearrange, compat.qr, compat.svd
     newton_schulz, sequential, const_like = compat.newton_schulz, compat.sequential, compat.const_like
-    random_bits, data, clone, replace = classmethod(compat.random_bits), compat.data, compat.clone, compat.replace
+    data, clone, replace = compat.data, compat.clone, compat.replace
+    random_bits = classmethod(keyed_random.random_bits)  # keyed_random.py
     to_, from_blob, from_url = compat.to_, classmethod(compat.from_blob), staticmethod(compat.from_url)
     const, ufix, usum, uprod = staticmethod(compat.const), compat.ufix, compat.usum, compat.uprod
     threefry, contiguous_backward, max_numel = compat.threefry, compat.contiguous_backward, compat.max_numel
