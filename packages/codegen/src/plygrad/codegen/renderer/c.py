@@ -14,7 +14,7 @@ with `__builtin_memcpy` (never assuming alignment), a lane is `v[j]`, a VECTORIZ
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import ClassVar, Final
 
 from plygrad.codegen.errors import CodegenError
@@ -83,6 +83,76 @@ def stream_threshold(target: Target) -> int:
     return 4 * max(1, target.threads) * l2
 
 
+# ---- statements: each emits (function, node); an op without an entry is a local holding its value -----------------
+def assign(r: CFunction, node: UOp) -> None:
+    name = f"v{len(r.names)}"
+    expr = r.value(node)
+    r.names[node] = name
+    r.emit(f"{r.local_type(node.dtype)} {name} = {expr};")
+
+
+def _open_loop(r: CFunction, node: UOp) -> None:
+    axis, axis_type = node.arg
+    if axis_type in _REJECTED_AXES:
+        raise CodegenError(f"kernel {r.kernel.name}: RANGE axis {axis} is {_REJECTED_AXES[axis_type]}, but C runs "
+                           "on a CPU without workgroups; don't apply LOCAL/GROUP for a target with has_local=False")
+    if axis_type is AxisType.THREAD:
+        # a local array filled inside the loop is each thread's own (pack.py); one filled before the loop is read by
+        # every thread
+        filled = r.private.get(node)
+        r.emit(f"#pragma omp parallel for{f' private({filled})' if filled else ''}")
+    var = r.ref(node)
+    r.emit(f"for (long long {var} = 0; {var} < {r.ref(node.src[0])}; {var}++) {{")
+    r.indent += 1
+
+
+def close_block(r: CFunction, node: UOp) -> None:
+    r.indent -= 1
+    r.emit("}")
+    r.transposed = {k: v for k, v in r.transposed.items() if v[1] <= r.indent}  # out of scope
+
+
+def _open_if(r: CFunction, node: UOp) -> None:
+    r.emit(f"if ({r.ref(node.src[0])}) {{")
+    r.indent += 1
+
+
+def _store(r: CFunction, node: UOp) -> None:
+    r.store(node)
+
+
+def _stack_array(r: CFunction, node: UOp) -> None:
+    """A CPU workgroup is one thread: its scratch is an array on the stack."""
+    ptr = node.dtype
+    assert isinstance(ptr, PtrDType)
+    r.emit(f"{r.storage_type(ptr.base)} local{node.arg}[{ptr.size}] __attribute__((aligned(64)));")
+
+
+def _load(r: CFunction, node: UOp) -> None:
+    if node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
+        r.vector_load(node)
+    else:
+        assign(r, node)
+
+
+def _lane(r: CFunction, node: UOp) -> None:
+    if (len(node.arg) == 1 and node.dtype is not dtypes.bool and node.dtype is node.src[0].dtype.scalar()
+            and r.spelling.register_vectors):
+        # a lane of a named (immutable) float vector is read where it is used: a lane nothing reads (the rows of a
+        # register transpose) then costs no statement the C compiler has to throw away. Not a lane of a
+        # comparison's mask vector: that is -1 or 0, and only its _Bool local makes it 1 or 0
+        r.names[node] = f"{r.ref(node.src[0])}[{node.arg[0]}]"
+    else:
+        assign(r, node)
+
+
+Statement = Callable[["CFunction", UOp], None]
+C_STATEMENTS: Final[dict[Ops, Statement]] = {
+    Ops.RANGE: _open_loop, Ops.END: close_block, Ops.ENDIF: close_block, Ops.IF: _open_if, Ops.STORE: _store,
+    Ops.DEFINE_LOCAL: _stack_array, Ops.LOAD: _load, Ops.GEP: _lane,
+}
+
+
 class CFunction:
     """The state of rendering one function: the names given to values and the helpers it used.
 
@@ -93,6 +163,7 @@ class CFunction:
     reserved: frozenset[str] = _C_RESERVED
     rules: ClassVar[Mapping[Ops, Rule]] = RULES
     spelling: ClassVar[Spelling] = C_SPELLING
+    statements: ClassVar[Mapping[Ops, Statement]] = C_STATEMENTS
 
     def __init__(self, kernel: KernelSource, stream_min_bytes: int = 0) -> None:
         self.kernel = kernel
@@ -200,47 +271,8 @@ class CFunction:
 
     # ---- statements --------------------------------------------------------------------------------------------
     def statement(self, node: UOp) -> None:
-        op = node.op
-        if op is Ops.RANGE:
-            axis, axis_type = node.arg
-            if axis_type in _REJECTED_AXES:
-                raise CodegenError(f"kernel {self.kernel.name}: RANGE axis {axis} is {_REJECTED_AXES[axis_type]}, "
-                                   "but C runs on a CPU without workgroups; don't apply LOCAL/GROUP for a target "
-                                   "with has_local=False")
-            if axis_type is AxisType.THREAD:
-                # a local array filled inside the loop is each thread's own (pack.py); one filled before the loop
-                # is read by every thread
-                filled = self.private.get(node)
-                self.emit(f"#pragma omp parallel for{f' private({filled})' if filled else ''}")
-            var = self.ref(node)
-            self.emit(f"for (long long {var} = 0; {var} < {self.ref(node.src[0])}; {var}++) {{")
-            self.indent += 1
-        elif op is Ops.END or op is Ops.ENDIF:
-            self.indent -= 1
-            self.emit("}")
-            self.transposed = {k: v for k, v in self.transposed.items() if v[1] <= self.indent}  # out of scope
-        elif op is Ops.IF:
-            self.emit(f"if ({self.ref(node.src[0])}) {{")
-            self.indent += 1
-        elif op is Ops.STORE:
-            self.store(node)
-        elif op is Ops.DEFINE_LOCAL:  # a CPU workgroup is one thread: its scratch is an array on the stack
-            ptr = node.dtype
-            assert isinstance(ptr, PtrDType)
-            self.emit(f"{self.storage_type(ptr.base)} local{node.arg}[{ptr.size}] __attribute__((aligned(64)));")
-        elif op is Ops.LOAD and node.dtype.count > 1 and node.src[0].src[0].op is not Ops.DEFINE_REG:
-            self.vector_load(node)
-        elif (op is Ops.GEP and len(node.arg) == 1 and node.dtype is not dtypes.bool
-              and node.dtype is node.src[0].dtype.scalar() and self.spelling.register_vectors):
-            # a lane of a named (immutable) float vector is read where it is used: a lane nothing reads (the rows of
-            # a register transpose) then costs no statement the C compiler has to throw away. Not a lane of a
-            # comparison's mask vector: that is -1 or 0, and only its _Bool local makes it 1 or 0
-            self.names[node] = f"{self.ref(node.src[0])}[{node.arg[0]}]"
-        else:
-            name = f"v{len(self.names)}"
-            expr = self.value(node)
-            self.names[node] = name
-            self.emit(f"{self.local_type(node.dtype)} {name} = {expr};")
+        """One statement: the language's form for its op (`statements`), else a local holding its value."""
+        self.statements.get(node.op, assign)(self, node)
 
     def vector_load(self, node: UOp) -> None:
         """k consecutive elements from the lane-0 address, unaligned; a gated one reads zeros where it is false."""
