@@ -3,7 +3,7 @@
 - `tests-<folder>`, one per `packages/<folder>/pyproject.toml`, generated from the folders so a new package gets its
   session by existing: a fresh virtualenv holding only that package, the local plygrad packages it declares, and its
   `test` extra, all installed the way a user installs them (built wheels, not editable), then pytest on
-  `packages/<folder>/tests` from a folder where the source tree is not importable. This is DESIGN.md §6's "each
+  `packages/<folder>/tests` from a folder where the source tree is not importable. This is docs/design.md §6's "each
   package installs alone with only its declared dependencies and its own tests pass in that environment".
 - `integration`: every package installed together; runs `tests/` (cross-package tests, the import rule).
 - `gpu-check`: `integration` with PLYGRAD_GPU_CHECK=1: every kernel the tests run is also compiled to sm_80/sm_90

@@ -1,6 +1,6 @@
 """The AMD half of PLYGRAD_GPU_CHECK: every kernel the integration tests run on the CPU, checked as HIP for AMD GPUs.
 
-CI has no AMD GPU (DESIGN.md §5). tests/gpu_check.py runs this after its CUDA check, on the same recorded kernels:
+CI has no AMD GPU (docs/design.md §5). tests/gpu_check.py runs this after its CUDA check, on the same recorded kernels:
 
 1. **Lower** each kernel for `Target.hip("gfx1100")` (RDNA3, WMMA matrix cores) and, where that program uses a
    matrix core, again for `Target.hip("gfx942")` (CDNA3, MFMA). The three targets differ in nothing but the arch

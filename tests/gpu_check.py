@@ -1,6 +1,6 @@
 """PLYGRAD_GPU_CHECK=1: every kernel the integration tests run on the CPU is also checked as CUDA, with no GPU.
 
-CI has no GPU, so the CUDA path is checked by riding on the integration suite (DESIGN.md §5, issue 8):
+CI has no GPU, so the CUDA path is checked by riding on the integration suite (docs/design.md §5, issue 8):
 
 1. **Record.** While the tests run, the runtime's `plan.prepare_kernels` is wrapped: every kernel SINK that a
    C-rendering (CPU) backend lowered successfully is kept, deduplicated (UOps are hash-consed, so equal kernels are

@@ -1,4 +1,4 @@
-"""The import rule of DESIGN.md §1, checked from source with `ast`.
+"""The import rule of docs/design.md §1, checked from source with `ast`.
 
 plygrad's layers may only meet through serialized IR, so a package imports nothing from another plygrad package
 unless it declares that package as a dependency. A package is allowed to import: itself, the plygrad packages named
@@ -292,8 +292,8 @@ def import_violations(dists: Mapping[str, Distribution]) -> list[Violation]:
                 elif owner not in allowed:
                     problems.append(Violation(path, line, f"{dist.name} imports {imported} from {owner}, which it "
                                               f"does not declare; allowed: {', '.join(sorted(allowed))}. Declare the "
-                                              "dependency if DESIGN.md §1 allows it, else reach that layer through "
-                                              "its entry point and IR bytes"))
+                                              "dependency if docs/design.md §1 allows it, else reach that layer "
+                                              "through its entry point and IR bytes"))
     return problems
 
 

@@ -1,6 +1,6 @@
 """The Metal half of PLYGRAD_GPU_CHECK: every kernel the integration tests run on the CPU, checked as Metal on Linux.
 
-Nothing on Linux compiles or runs Metal Shading Language, so this is the strongest check available here (DESIGN.md
+Nothing on Linux compiles or runs Metal Shading Language, so this is the strongest check available here (docs/design.md
 §5), run by tests/gpu_check.py after its CUDA check, on the same recorded kernels:
 
 1. **Lower** each kernel for `Target.metal("apple7")` (what plygrad-metal starts from). A kernel touching float64

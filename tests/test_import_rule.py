@@ -1,4 +1,4 @@
-"""DESIGN.md §1's import rule, on the real tree and on small fake trees that break it on purpose."""
+"""docs/design.md §1's import rule, on the real tree and on small fake trees that break it on purpose."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _pyproject(name: str, deps: list[str]) -> str:
 
 
 def make_workspace(root: Path) -> Path:
-    """A miniature packages/ tree shaped like DESIGN.md §1, with one clean module per package."""
+    """A miniature packages/ tree shaped like docs/design.md §1, with one clean module per package."""
     for folder, (name, import_path, deps) in LAYOUT.items():
         _write(root / folder / "pyproject.toml", _pyproject(name, deps))
         _write(root / folder / "src" / import_path / "__init__.py", '"""A package."""\n')
@@ -89,7 +89,7 @@ def make_workspace(root: Path) -> Path:
         """)
     _write(root / "runtime-cpu/src/plygrad/backends/cpu/compiler.py", """\
         import plygrad.runtime
-        from plygrad.ir.dtype import dtypes  # plygrad-ir arrives through plygrad-runtime: allowed by DESIGN.md
+        from plygrad.ir.dtype import dtypes  # plygrad-ir arrives through plygrad-runtime: allowed by docs/design.md
         from ..cpu import compiler
         """)
     return root
@@ -192,7 +192,7 @@ def test_an_undeclared_package_is_reported_inside_a_function_too(tmp_path: Path)
 
 
 def test_an_optional_extra_does_not_allow_importing_a_plygrad_package(tmp_path: Path) -> None:
-    """DESIGN.md §1 forbids the import, not just the dependency: naming the runtime in an extra and importing it
+    """docs/design.md §1 forbids the import, not just the dependency: naming the runtime in an extra and importing it
     lazily still makes the scheduler import the runtime."""
     root = make_workspace(tmp_path)
     _write(root / "scheduler" / "pyproject.toml", _pyproject("plygrad-scheduler", ["plygrad-ir>=0.1"])

@@ -1,7 +1,7 @@
 """TinyJit (record on the second call, replay after) and the realize path's per-structure schedule/plan cache.
 
 Every replayed result is checked against the same function run without the jit (or against NumPy), and the
-cached realize path against PLYGRAD_FORCE_BYTES, which serializes and schedules every realize (DESIGN.md §2).
+cached realize path against PLYGRAD_FORCE_BYTES, which serializes and schedules every realize (docs/design.md §2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The realize path's per-call shortcuts (docs/jit.md, "What a realize costs"): a graph realized recently is found by
 identity instead of walked again. Every result is checked against NumPy and, bit for bit, against
-PLYGRAD_FORCE_BYTES, which serializes and schedules every realize (DESIGN.md §2)."""
+PLYGRAD_FORCE_BYTES, which serializes and schedules every realize (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Two checks, both cheap because they batch: many kernels go into one translation 
   call per arch: compiling to SASS runs ptxas, which rejects what PTX text alone would accept. A compile error is
   raised with nvcc's error lines mapped back to the kernel and the line in its own source.
 
-Neither check may skip (DESIGN.md §5): a missing g++ or nvcc raises `EmulationError` saying what to install.
+Neither check may skip (docs/design.md §5): a missing g++ or nvcc raises `EmulationError` saying what to install.
 `CUDA_EMU_CACHE` names the cache folder (default: `plygrad-cuda-emu` in the temp folder).
 """
 

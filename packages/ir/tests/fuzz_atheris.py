@@ -4,7 +4,7 @@
     FUZZ_TARGET=text python packages/ir/tests/fuzz_atheris.py -max_total_time=300
     FUZZ_TARGET=target python packages/ir/tests/fuzz_atheris.py golden/format-1.0/   # seed from golden files
 
-The contract under test (DESIGN.md §3): any input decodes to a graph that passes verification, or raises
+The contract under test (docs/design.md §3): any input decodes to a graph that passes verification, or raises
 IRDecodeError / IRVersionError. Anything else escaping, and a decode error from the readers' "internal" safety
 nets (which means a check is missing), is a crash that atheris reports with the input that caused it.
 """

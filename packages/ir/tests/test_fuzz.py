@@ -1,4 +1,4 @@
-"""Fuzzing the readers (DESIGN.md §3, "untrusted bytes"): valid graphs round-trip to the identical node, and any
+"""Fuzzing the readers (docs/design.md §3, "untrusted bytes"): valid graphs round-trip to the identical node, and any
 other input, random or a mutated valid encoding, raises IRDecodeError or IRVersionError and nothing else. Plus
 a direct test of every hard limit, and graphs deeper than the recursion limit."""
 

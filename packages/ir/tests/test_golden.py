@@ -1,4 +1,4 @@
-"""Golden files (DESIGN.md §3): blobs and text written by format 1.0 must be read by every later reader.
+"""Golden files (docs/design.md §3): blobs and text written by format 1.0 must be read by every later reader.
 
 Each file under golden/format-1.0/ was written once by make_golden.py from the builders below; this test only
 reads them (it never regenerates them) and checks that the decoded graph is the very node the builder makes now,

@@ -1,4 +1,4 @@
-"""The binary form (DESIGN.md §3): identity round trips, exact floats, sharing, header and version rules, errors."""
+"""The binary form (docs/design.md §3): identity round trips, exact floats, sharing, header, version rules, errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hand-written C programs that follow the C program contract (docs/ir.md, DESIGN.md), and a stand-in lowering.
+"""Hand-written C programs that follow the C program contract (docs/ir.md, docs/design.md), and a stand-in lowering.
 
 codegen is a separate distribution this package's tests may not install, so `hand_lowering` plays its part for
 run_linear: it reads the kernel it is given (name, PARAMs, variables) and returns a PROGRAM whose source is the C

@@ -37,7 +37,7 @@ def test_plans_are_rebuilt_with_force_bytes(fakes: None, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("force_bytes", [False, True], ids=["cached", "forced"])
 def test_cached_plan_runs_like_the_byte_path(fakes: None, monkeypatch: pytest.MonkeyPatch, force_bytes: bool) -> None:
-    """The in-process fast path (DESIGN.md §2): the same outputs, each run in fresh negative-id buffers."""
+    """The in-process fast path (docs/design.md §2): the same outputs, each run in fresh negative-id buffers."""
     if force_bytes:
         monkeypatch.setenv("PLYGRAD_FORCE_BYTES", "1")
     rng = np.random.default_rng(1)

@@ -1,4 +1,4 @@
-"""Collective providers: how the processes of one job reduce, broadcast and gather host buffers (DESIGN.md §4).
+"""Collective providers: how the processes of one job reduce, broadcast and gather host buffers (docs/design.md §4).
 
 A `CollectiveProvider` is one process's communicator (its `rank` among `world_size`): `all_reduce`, `broadcast`,
 `all_gather` and `barrier` on host memory (a writable `memoryview` and the plygrad.ir `DType` of its elements), and
