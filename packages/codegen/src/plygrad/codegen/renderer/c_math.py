@@ -1,23 +1,10 @@
-"""float32 `EXP2` for the C renderer as straight-line IEEE arithmetic, in a scalar and a vector form.
+"""The C renderer's math helpers: float32 `EXP2` as straight-line IEEE arithmetic, and vector FMA, SQRT and keep.
 
-libm's `exp2f` is a call GCC cannot vectorize, and softmax, `exp`, `sigmoid`, `gelu`... spend most of their time in
-it. docs/ir.md §5 lets a device's `EXP2` differ from the float64 result rounded once by an ulp, so float32 `EXP2`
-is computed here instead, with the same operations in `plygrad_exp2f` and in `plygrad_exp2_float<k>` (the vector
-form, GCC/Clang vector extensions), so a vector lane gives exactly the scalar function's bits (vectorize.py's
-promise) and the program's compiler (with `-ffp-contract=off`, no fast-math) cannot reorder any of it:
-
-    c = x clamped to [-151, 129]            (NaN stays NaN; -inf gives 0, +inf gives inf)
-    t = c + 1.5 * 2^23;  n = t - 1.5 * 2^23 (n = c rounded to the nearest integer, ties to even; exact)
-    f = c - n                                (in [-1/2, 1/2], exact)
-    p = 1 + f * q(f)                         (q: degree 6, fitted to (2^f - 1) / f; p ~ 2^f)
-    2^x = p * 2^n1 * 2^n2                    (n = n1 + n2, each 2^ni a normal float built from its bits)
-
-Splitting 2^n in two keeps each factor a normal float for every n in [-151, 129]: the first product is exact and
-the second rounds once, to a subnormal, to 0 or to inf where the result is one. The integer n is read from the
-bits of t (its low mantissa bits), in unsigned arithmetic, so no conversion of NaN or overflow is undefined.
-Against float64 `exp2` rounded to float32, over 24 million inputs from -160 to 130 (subnormal results included):
-at most 1 ulp apart, 7% of results not the nearest float; special values exact
-(packages/codegen/tests/test_c_math.py checks the same on every run).
+`plygrad_exp2f` and its vector form `plygrad_exp2_float<k>` run the same operations, so a vector lane gives exactly
+the scalar function's bits, within 1 ulp of float64 `exp2` rounded to float32 (docs/ir.md §5); libm's `exp2f` is a
+call GCC cannot vectorize. The algorithm (clamp, round to an integer n, a degree-6 polynomial, 2^n in two normal
+factors) is in docs/codegen.md §3.2; `plygrad_fma_<type>`, `plygrad_sqrt_<type>` and `plygrad_keep_<type>` are the
+vector helpers of §3. packages/codegen/tests/test_c_math.py checks the bits on every run.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Tensor-core statements for the cuda renderer: a WMMA (codegen/tensor_core.py) as one call of an inline-PTX helper.
 
-The statement a WMMA becomes names its four float32 accumulators and hands them, in place, to the helper together
-with the lane's A and B fragments as 16-bit patterns:
-
-    float v12[4] = {v8, v9, v10, v11};
-    plygrad_mma_m16n8k16_f32_f16(v12, data1[v3], data1[v4], ..., data2[v7]);   /* a0..a7, b0..b3 */
-    float v13 = v12[0];
-
-The helper (`MMA_HELPERS`, listed in cuda_types.HELPERS) packs the halves into the 32-bit registers `mma.sync`
-takes (element 2r in the low half of register r) and runs `mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32`
-(or `.bf16`) with the accumulators as both C and D. It is defined under `#ifndef` of its own name, so a host that
-runs the source another way (the CPU emulation in tests/cuda_emu.h) defines that name first and supplies its own
-version of the same warp-collective operation.
-
-The statements around the call belong to it: the VECTORIZEs packing the fragments (used by WMMAs only) render
-nothing, their elements going straight into the call; a fragment element loaded from a buffer is passed as the
-bits in memory (`data1[i]`, no conversion to float and back), and its LOAD statement renders nothing when the
-fragments are its only users; any other element (a cast to the input dtype, a folded constant) is converted from
-its float local, exactly, since it holds a value of the input dtype. The GEPs taking the result's lanes read the
-array.
-
-`warp_lanes` finds the lane range of each WMMA (the one LOCAL range of the warp's size both fragments depend on):
-the launch makes it `threadIdx.x`, so the 32 lanes of a tile are a hardware warp in order.
+The helper (`MMA_HELPERS`, listed in cuda_types.HELPERS) takes the four float32 accumulators in place and the lane's
+A and B fragments as 16-bit patterns, packs them into the 32-bit registers `mma.sync` takes and runs
+`mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32` (or `.bf16`). It is defined under `#ifndef` of its own name, so
+the CPU emulation (tests/cuda_emu.h) can supply its own. `MmaStatements` renders the statements around the call
+(fragment VECTORIZEs and loads folded into it, the result's lanes read from the array); `warp_lanes` finds each
+WMMA's lane range, which the launch makes `threadIdx.x`. docs/codegen.md §5.1 shows the rendered statements.
 """
 
 from __future__ import annotations
@@ -97,7 +81,7 @@ def warp_lanes(linear: Sequence[UOp]) -> set[UOp]:
 
 
 class MmaStatements:
-    """The statements of one program that belong to its WMMAs (module docstring), rendered into `fn`'s lines."""
+    """The statements of one program that belong to its WMMAs (docs/codegen.md §5.1), rendered into `fn`'s lines."""
 
     def __init__(self, fn: CFunction) -> None:
         self.fn = fn

@@ -1,18 +1,10 @@
 """CUDA spellings for plygrad dtypes and constants, and the device helper functions a CUDA program may need.
 
-A CUDA program includes no header (the CUDA program contract, docs/codegen.md §5): NVRTC finds no `stdint.h` or
-`cuda_fp16.h` without include paths, so types are the built-in C++ ones (`int`, `long long`, `unsigned short`...),
-float16 and bfloat16 are stored as `unsigned short` bits and converted by the integer helpers below (the same
-round-to-nearest-even algorithms as the C renderer's, so both backends give the same bits), and constants that C
-spells with math.h macros (NAN, INFINITY) are bit patterns. Helpers are plain `__device__ inline` functions: a
-translation unit holding several programs puts each in its own namespace (the emulation and cubin checks do).
-
-Vectors live only in memory on a GPU (vectorize.py, "memory-only vectors"): `plygrad_float4` is a struct of four
-`float`s aligned to its 16 bytes (`plygrad_half8` eight float16 bits, and so on: our own structs, since CUDA's
-built-in `float4` family has no 16-bit floats without cuda_fp16.h and no 8- or 16-lane types), read and written
-only whole through `plygrad_load_<T>`/`plygrad_store_<T>`. Those two say the address is aligned with
-`__builtin_assume_aligned`, which the device compiler takes as the fact it is (one `ld.global.v4`) and the CPU
-emulation (tests/cuda_emu.h) defines as a check that fails the launch on a misaligned address.
+A CUDA program includes no header (docs/codegen.md §5): types are the built-in C++ ones, float16 and bfloat16 are
+`unsigned short` bits converted by integer helpers (the C renderer's algorithms, so both backends give the same
+bits), NaN and infinity are bit patterns, and helpers are plain `__device__ inline` functions. Vectors live only in
+memory: `plygrad_float4` and its kin are our own aligned structs, read and written whole through
+`plygrad_load_<T>`/`plygrad_store_<T>` with `__builtin_assume_aligned` (which tests/cuda_emu.h makes a check).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Software fp8 for the C-family renderers: conversions between the four 8-bit float formats and float/double.
 
-No hardware fp8 is assumed (the CPU has none, and CUDA's `__nv_fp8` types need cuda_fp8.h, which a CUDA program
-does not include): an fp8 value lives in memory as its byte (`uint8_t` / `unsigned char`) and in a `float` local,
-and like float16 it is rounded back to its format after every operation. The three helpers of a format `N` are
-
-    uint8_t plygrad_to_N(double x)        via float32 (as PyTorch), then to nearest even
-    float   plygrad_N_to_float(uint8_t b)  exact: every fp8 value is a float
-    float   plygrad_round_N(double x)      the two above: what `round_to` calls after each op
-
-They implement the algorithm of plygrad.ir.dtype_fp8 (ml_dtypes' rules: no saturation, a value past the largest
-finite one is inf for fp8e5m2 and NaN for the others, fnuz formats have no -0) with integer operations on the
-double's bits, so the C, CUDA and HIP programs give the bits the IR's constant folding gives. The text is written
-once here and spelled for each dialect (`C_SPELLING`, `CUDA_SPELLING`; HIP respells the CUDA text as it does for
-every CUDA helper). Metal has no double: its target does not list the fp8 dtypes, so an fp8 kernel fails in
-codegen naming the dtype and the target.
+No hardware fp8 is assumed: an fp8 value lives in memory as its byte and in a `float` local, rounded back to its
+format after every operation. Per format `N`: `plygrad_to_N(double)` (via float32, then to nearest even),
+`plygrad_N_to_float` (exact) and `plygrad_round_N`, implementing plygrad.ir.dtype_fp8's rules with integer
+operations on the double's bits. The text is written once and spelled per dialect (`C_SPELLING`, `CUDA_SPELLING`;
+HIP respells the CUDA text); Metal, which has no double, does not list the fp8 dtypes. docs/codegen.md §3 and §5.
 """
 
 from __future__ import annotations

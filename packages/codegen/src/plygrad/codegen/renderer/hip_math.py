@@ -1,31 +1,10 @@
 """The transcendental functions of a HIP program, written out in the program itself (docs/codegen.md §5.3).
 
-A `hip` program links no device library (`-nogpulib`: no ROCm's ocml, so it compiles with Debian's clang-19 alone
-and on a machine without ROCm), so the math it needs is either an LLVM intrinsic the AMDGPU backend lowers itself or
-one of the helpers below. The intrinsics are used where they are accurate: `__builtin_sqrtf`/`__builtin_sqrt`
-(correctly rounded under `-fhip-fp32-correctly-rounded-divide-sqrt`, the default), `__builtin_truncf`/`__builtin_trunc`
-(exact), and float32 `__builtin_exp2f`/`__builtin_log2f` (v_exp_f32/v_log_f32 with LLVM's scaling around the
-denormal range: 1 ulp). The others are not: `llvm.sin.f32` becomes v_sin_f32 with no argument reduction,
-`llvm.pow.f32` exp2(y * log2(x)) in float32, and the float64 ones are library calls that do not link.
-
-So SIN and POW at every float width and EXP2/LOG2 at float64 are these helpers, computed in double (a float32 result
-is the double result rounded once, within an ulp of the correctly rounded one, as docs/ir.md §5 asks):
-
-- `plygrad_exp2(x)`: x = k + f with k = rint(x); 2^f = e^(f ln 2) by its Taylor polynomial (|f ln 2| <= 0.35, 15
-  terms), scaled by 2^k in two steps so that a result near the overflow or denormal range is not lost in between.
-- `plygrad_log2(x)`: x = m * 2^e with m in [sqrt(1/2), sqrt(2)); log2(m) = 2 atanh(s) / ln 2 with s = (m-1)/(m+1),
-  |s| <= 0.172, by the odd series of atanh (12 terms), carried as a double-double (fma gives a product's error).
-- `plygrad_sin(x)`: the quadrant and the remainder r = x - k pi/2 (|r| <= pi/4) as a double-double; then the Taylor
-  polynomial of sin or cos at r. Below |x| = 2^20 pi/2 the remainder comes from pi/2 in four pieces (Cody and
-  Waite: the first three of 33 bits, so k times each is exact); above it from the bits of 2/pi (Payne and Hanek):
-  x's significand in two pieces times 24-bit chunks of 2/pi, products exact, summed modulo 4 from the largest.
-- `plygrad_pow(x, y)`: C99's special cases (pow(x, 0) = 1 even for NaN, pow(1, y) = 1, zeros and infinities,
-  negative x to an integer power), else 2^(y log2 |x|) with y log2 |x| a double-double, with the sign of an odd
-  integer power.
-
-Accuracy (measured against glibc on 2 million arguments, and tested through the emulation, which runs this same
-text on the CPU): within 1 ulp of double for all four (sin loses relative accuracy only for arguments within ~2^-60
-of a multiple of pi/2), so float32 results are the correctly rounded ones but for rare ties.
+A `hip` program links no device library (`-nogpulib`), so its math is an LLVM intrinsic the AMDGPU backend lowers
+accurately itself (sqrt, trunc, float32 exp2/log2) or one of the helpers here: `plygrad_exp2`, `plygrad_log2`,
+`plygrad_sin` (Cody-Waite and Payne-Hanek argument reduction) and `plygrad_pow`, computed in double, within 1 ulp
+of double, so a float32 result is the double one rounded once. docs/codegen.md §5.3 gives each algorithm; the CPU
+emulation runs this same text in packages/codegen/tests/test_hip.py.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Matrix-core statements for the hip renderer: a WMMA (codegen/tensor_core.py) as one call of a helper around
 clang's AMDGPU builtin.
 
-The statements are the cuda renderer's (cuda_mma.MmaStatements: fragments passed as 16-bit patterns, loads from
-memory passed as the bits there, the result's lanes read from an array); only the call differs:
-
-    float v12[8] = {v4, ..., v11};
-    plygrad_wmma_f32_16x16x16_f16_w32(v12, a0, ..., a15, b0, ..., b15);     /* RDNA3, gfx11xx: 16 + 16 halves */
-    plygrad_mfma_f32_16x16x16_f16(v12, a0, ..., a3, b0, ..., b3);            /* CDNA, gfx90a/gfx94x: 4 + 4 */
-
-Each helper packs the bits into clang vector types (`_Float16 __attribute__((ext_vector_type(16)))`, `short` lanes for
-bfloat16) and calls `__builtin_amdgcn_wmma_f32_16x16x16_f16_w32` (v_wmma_f32_16x16x16_f16) or
-`__builtin_amdgcn_mfma_f32_16x16x16f16` (v_mfma_f32_16x16x16_f16; `..bf16_1k` for bfloat16) with the accumulators as
-C and D. Like the CUDA helper it is defined under `#ifndef` of its own name, so the CPU emulation
-(packages/codegen/tests/hip_emu.h) defines the name first and supplies its own wavefront-collective version, with
-the lane layout written there independently of codegen.
+The statements are the cuda renderer's (cuda_mma.MmaStatements); only the call differs: the helper packs the
+fragments into clang vector types and calls `__builtin_amdgcn_wmma_f32_16x16x16_f16_w32` (RDNA3) or
+`__builtin_amdgcn_mfma_f32_16x16x16f16` (CDNA; `..bf16_1k` for bfloat16) with the accumulators as C and D. It is
+defined under `#ifndef` of its own name, so the CPU emulation (packages/codegen/tests/hip_emu.h) can supply its own.
+docs/codegen.md §5.3 gives the lane layouts and the calls.
 """
 
 from __future__ import annotations

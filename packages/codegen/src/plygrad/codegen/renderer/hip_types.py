@@ -1,21 +1,10 @@
 """HIP spellings: the prelude of every `hip` program, its helpers, and constants, all without a header.
 
-A `hip` program compiles with clang's HIP mode and nothing else (`-nogpulib -nogpuinc`: no HIP headers, no device
-library), and hiprtc, which pre-includes the HIP headers, must accept the same text. So the program defines no name
-the HIP headers define (`__uint_as_float`, `__fadd_rn`, `half`...), and spells everything with clang builtins and
-attributes: `__attribute__((device))` helpers, `__builtin_bit_cast` for bit casts, `__builtin_nanf("")` and
-`__builtin_inff()` for NaN and infinity. g++ (the CPU emulation, packages/codegen/tests/hip_emu.h) reads the same
-text: it ignores the attributes and the clang pragmas it does not know.
-
-The helpers themselves are the CUDA renderer's (cuda_types.HELPERS: the float16/bfloat16 conversions that give the
-C backend's bits, the float -> int cast, MAX's NaN rule, Threefry), respelled by `respell`: `__device__ inline`
-becomes `static inline __attribute__((device))`, CUDA's bit-cast and rounding intrinsics become the `plygrad_*`
-ones of `BITS` below, and libm's `fmod`/`trunc` clang's builtins. One text, two spellings: the algorithms are not
-written twice.
-
-The prelude turns FMA contraction off for the whole program (`#pragma clang fp contract(off)`: HIP's default is
-`fast-honor-pragmas`, which would fuse a*b+c), so float ADD/SUB/MUL/FDIV are the plain operators, each rounded
-once as docs/ir.md §5 asks; the compiler is also given `-ffp-contract=off`.
+A `hip` program compiles with clang's HIP mode alone (`-nogpulib -nogpuinc`) and with hiprtc, which pre-includes the
+HIP headers, so it defines no name those headers define and spells everything with clang builtins and attributes.
+The helpers are the CUDA renderer's text (cuda_types.HELPERS) respelled by `respell` (the `BITS` functions stand
+for CUDA's intrinsics), so the algorithms are written once. The prelude turns FMA contraction off
+(`#pragma clang fp contract(off)`). docs/codegen.md §5.3.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Metal Shading Language spellings for plygrad dtypes and constants, and the helper functions a Metal program may need.
 
-MSL is C++14 with its own scalar types and without `double` and `long long`, so every spelling the C and CUDA
-renderers share through `CFunction` comes from here:
-
-- types are Metal's: `char`/`uchar` ... `long`/`ulong` (64 bits in Metal), `float`; the IR's `index` is a `long`.
-  float64 has no Metal type (Target.metal leaves it out of `supported_dtypes`, so codegen refuses such a kernel
-  before a renderer sees it); asking for one here raises CodegenError all the same.
-- float16 lives in memory as Metal's `half` and is computed in `float`, rounded back after every op by Metal's own
-  float -> half conversion (`half(x)`, round to nearest even); bfloat16 lives as its 16-bit pattern in a `ushort`
-  and converts with the integer helpers below (the C renderer's algorithms, bit for bit), so it works on every GPU
-  family, not only where MSL 3.1's `bfloat` exists.
-- constants are exact: a float is printed as the shortest decimal that reads back as the same float32 (no hex
-  floats, a C++17 feature), NaN and infinities as bit patterns through `as_type<float>`, 64-bit integers with the
-  `L`/`UL` suffixes (a `long`, never `long long`).
-- helpers are plain `inline` functions over `float`: `plygrad_f2i` converts a float to an integer as docs/ir.md §5
-  says without the double the C renderer's version goes through (a float at or beyond 2^63 is an integer
-  `m * 2^e` whose low 64 bits are `m << e`).
+MSL is C++14 without `double` and `long long`, so every spelling the C and CUDA renderers share through `CFunction`
+comes from here: Metal's types (the IR's `index` a `long`; float64 raises CodegenError), float16 as `half` computed
+in `float`, bfloat16 as `ushort` bits with the C renderer's integer conversions, exact constants (shortest decimals,
+NaN and inf through `as_type<float>`), and float-only helpers such as `plygrad_f2i`. docs/codegen.md §5.2.
 """
 
 from __future__ import annotations

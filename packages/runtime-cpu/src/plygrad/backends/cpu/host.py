@@ -1,18 +1,9 @@
 """What the CPU backend tells codegen about this machine: its vector registers, its data caches and its FMA.
 
-Codegen sizes two things from the `Target` (docs/codegen.md §2.2), and contracts a third (`has_fma`: a sum of
-products accumulated with fused multiply-adds where the compiled code has the instruction):
-- register tiles from `vector_widths`: the widest vector of a dtype is one register of the widest vector unit the
-  compiled code may use. On x86-64 that is 64 bytes where the CPU has AVX-512F and the toolchain compiles with
-  `-march=native`, 32 with AVX, else 16 (SSE2, the x86-64 baseline); 16 on Arm (NEON) and anything else. Without
-  `-march=native` the compiler targets its baseline, so a wider vector would be split into baseline registers:
-  the width stays 16 bytes then, whatever the CPU has.
-- cache blocks from `cache_sizes`: the data caches of CPU 0 from Linux's sysfs
-  (`/sys/devices/system/cpu/cpu0/cache/index*/{level,type,size}`; data and unified caches, by level), or, where
-  that folder is missing (macOS, containers that hide it), DEFAULT_CACHE_SIZES: an L1d and L2 of a common laptop
-  or server core, small enough that blocks sized for them still fit a real one.
-
-Both are read from files, never from a subprocess (`lscpu`), so opening the backend stays cheap.
+`Target.vector_widths` is one register of the widest vector unit the compiled code may use (AVX-512F, AVX or SSE2
+on x86-64 under `-march=native`, else 16 bytes), `Target.cache_sizes` the data caches of CPU 0 from Linux's sysfs
+(DEFAULT_CACHE_SIZES where that is missing), and `Target.has_fma` whether compiled code has a fused multiply-add.
+All are read from files, never from a subprocess, so opening the backend stays cheap. docs/backends.md ("CPU").
 """
 
 from __future__ import annotations
@@ -85,7 +76,7 @@ def host_cpu_flags() -> frozenset[str]:
 
 
 def vector_bytes(machine: str, flags: frozenset[str], native: bool) -> int:
-    """Bytes of the widest vector register compiled code uses: see the module docstring."""
+    """Bytes of the widest vector register compiled code uses: see docs/backends.md ("CPU")."""
     if machine.lower() in ("x86_64", "amd64") and native:
         if "avx512f" in flags:
             return 64

@@ -1,18 +1,9 @@
 """The Objective-C runtime through ctypes: the one module that calls `objc_msgSend`.
 
-Metal is an Objective-C API. Rather than depend on PyObjC (a large build, macOS only), the backend sends messages
-itself: `objc_msgSend` cast to a C function type built from the argument values' own ctypes types and the expected
-return type, so every call has the exact prototype the callee expects (on arm64 a variadic call would pass the
-arguments in the wrong registers). A struct returned by value on x86-64 (MTLSize, 24 bytes) goes through
-`objc_msgSend_stret` instead, as the ABI requires there.
-
-`ObjC` is the protocol the Metal layer (device.py) programs against; `ObjCRuntime` implements it on macOS, and the
-tests implement it with a stand-in that answers the Metal messages the backend sends (tests/fake_objc.py), so the
-message sequence and its arguments are checked on Linux too.
-
-Ownership follows Cocoa's rules: objects from `new...`/`alloc`/`copy` messages are the caller's and are released
-with `release`; others are autoreleased, so every call that makes such objects runs inside `autorelease_pool()`
-(a command buffer the backend keeps past the pool is retained explicitly).
+Each message is `objc_msgSend` (`objc_msgSend_stret` for a struct returned by value on x86-64) cast to the exact C
+prototype of its arguments and return type, so no PyObjC is needed. `ObjC` is the protocol the Metal layer
+(device.py) programs against; `ObjCRuntime` implements it on macOS, tests/fake_objc.py on Linux. Ownership follows
+Cocoa's rules, and objects that are autoreleased are made inside `autorelease_pool()`. docs/backends.md ("Metal").
 """
 
 from __future__ import annotations
