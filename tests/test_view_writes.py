@@ -133,6 +133,21 @@ def test_a_view_overwritten_with_a_constant_gets_no_gradient_and_the_rest_does()
     _check_grads([(x, tx)])
 
 
+@pytest.mark.parametrize("how", ["setitem", "assign"])
+def test_a_tensor_overwritten_whole_gives_its_source_zero_gradients_like_torch(how: str) -> None:
+    x, tx = _pair(X, True)
+    y, ty = x.clone(), tx.clone()
+    if how == "setitem":
+        y[:] = Tensor(np.zeros(X.shape, np.float32))
+    else:
+        y.realize()[:].assign(Tensor(np.zeros(X.shape, np.float32)))
+    ty[:] = 0.0
+    (y * 3).sum().backward()
+    (ty * 3).sum().backward()
+    assert x.grad is not None and tx.grad is not None
+    np.testing.assert_array_equal(x.grad.numpy(), tx.grad.numpy())
+
+
 def test_assign_and_setitem_mixed_differentiate_like_torch() -> None:
     x, tx = _pair(X, True)
     y, ty = (x * 1).realize(), tx * 1

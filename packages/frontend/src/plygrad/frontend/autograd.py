@@ -57,6 +57,11 @@ def record_undecided(t: LazyTensor) -> None:
 REALIZED: Final[weakref.WeakKeyDictionary[UOp, tuple[UOp, frozenset[Buffer]]]] = weakref.WeakKeyDictionary()
 
 
+# A write of a whole tensor autograd recorded: its ASSIGN -> the version node whose REALIZED graph blends the value
+# into the old contents. Read through that graph, the old contents stay on the path (with gradient zero where
+# written), so their leaves get zeros as in PyTorch (`y = x.clone(); y.copy_(v)`: x.grad is zeros, not None).
+WHOLE_WRITES: Final[weakref.WeakKeyDictionary[UOp, UOp]] = weakref.WeakKeyDictionary()
+
 # Buffers held here must go before interpreter shutdown tears down the backends that free them.
 atexit.register(REALIZED.clear)
 
@@ -82,11 +87,12 @@ def unrealized(root: UOp) -> tuple[UOp, frozenset[Buffer]]:
 
 
 def _without_writes(root: UOp) -> UOp:
-    """`root` with each ASSIGN replaced by its value (again while values hold ASSIGNs: they are not walked), but
-    for a pending write into a leaf, which is that leaf's node (gradients are asked for it)."""
+    """`root` with each ASSIGN replaced by its value (again while values hold ASSIGNs: they are not walked), or by
+    its version node where autograd recorded the write (WHOLE_WRITES), but for a pending write into a leaf, which is
+    that leaf's node (gradients are asked for it)."""
     leaves: set[UOp] | None = None
     while True:
-        writes = {n: n.src[1] for n in root.sparents() if n.op is Ops.ASSIGN}
+        writes = {n: WHOLE_WRITES.get(n, n.src[1]) for n in root.sparents() if n.op is Ops.ASSIGN}
         if writes:
             if leaves is None:
                 leaves = {t.uop for t in LEAVES.values()}

@@ -376,6 +376,10 @@ class LazyTensor(metaclass=ModeFlags):
                 if version is not None:
                     STATE.record_version(written_buffer(target).arg.id, self, version[1],
                                          None if version[2] else version[1].src[0].src[0])
+                    if version[2]:  # autograd reads this write through the version's graph
+                        from plygrad.frontend import autograd  # imports this module
+
+                        autograd.WHOLE_WRITES[self.uop] = version[1]
         self._requires_grad = requires_grad
         return self
 
