@@ -66,6 +66,11 @@ def test_the_comparison_can_fail() -> None:
     float16_ulp_off = floats + np.float32(100.0 * 2.0**-10)
     assert _compare("k", 0, dtypes.float32, float16_ulp_off, floats) is not None
     assert _compare("k", 0, dtypes.float32, float16_ulp_off, floats, rounded_to=dtypes.float16) is None
+    # a sum of 4096 values that cancels moves with the order of the additions, a wrong sum does not pass
+    cancelled = np.array([-0.43338191], np.float32)
+    assert _compare("k", 0, dtypes.float32, cancelled + np.float32(1.2e-4), cancelled) is not None
+    assert _compare("k", 0, dtypes.float32, cancelled + np.float32(1.2e-4), cancelled, reduced=4096) is None
+    assert _compare("k", 0, dtypes.float32, cancelled + np.float32(0.1), cancelled, reduced=4096) is not None
 
 
 def test_a_fused_softmax_shares_its_output_loop_over_the_workgroup() -> None:
