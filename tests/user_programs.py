@@ -546,7 +546,24 @@ def generate(seed: int, limits: Limits = Limits()) -> Program:
         d.program.steps.append(_step(d, "contiguous", first, first.shape, "{a} + 0") or Step("", "", "", first, ()))
         d.program.outputs = [d.program.steps[-1].out.name]
     d.program.loss = str(d.pick(("sum", "mean", "weights", "weights")))  # drawn last: the steps a seed drew stay
+    if d.chance(0.2):  # after the loss, so a seed's program stays the same with one output more
+        tall_reduction(d)
     return d.program
+
+
+def tall_reduction(d: Draw) -> None:
+    """A reduction of a new tall input, (past 2^15, 2-4) either way round, as one more output: float16's 16-lane
+    blocked reductions of such inputs read past their buffer (issue #32's half var) and few programs drew one."""
+    small = int(d.pick((2, 3, 4)))
+    pool = [s for s in BIG if s * small <= d.limits.elements]
+    if not pool:
+        return
+    tall = int(d.pick(pool))
+    x = d.input_value((tall, small) if d.chance(0.75) else (small, tall))
+    step = reduce(d, x)
+    if step is not None:
+        d.program.steps.append(step)
+        d.program.outputs.append(step.out.name)
 
 
 # ---- running and comparing ------------------------------------------------------------------------------------------
