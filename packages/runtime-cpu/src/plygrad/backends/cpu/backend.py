@@ -10,12 +10,9 @@ in parallel where the renderer put `#pragma omp parallel for`; the call returns 
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import functools
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -32,32 +29,17 @@ from plygrad.runtime import tempfiles
 from plygrad.runtime.errors import BackendError
 from plygrad.runtime.plugin import Backend, BatchEntry, Program
 
-# A program's library is closed when the program is garbage (CPUProgram.__del__): each loaded library takes memory
-# mappings (two with compiler.py's linker flags, five without), and a process may hold at most vm.max_map_count
-# (65530 by default), so a process that kept every program it ever loaded (a long test session, a BEAM search, a
-# program per shape) failed to load the next one after about 13000 ("cannot apply additional memory protection
-# after relocation"). Closing the last library that needs the OpenMP runtime would unload the runtime while its
-# worker threads are parked in it, and the process would crash later somewhere unrelated: so once a program has
-# brought the runtime in, it is made resident for good (dlopen RTLD_NOLOAD | RTLD_NODELETE, _pin_openmp_runtime);
-# until then, and where it cannot be, programs of an OpenMP toolchain keep their libraries.
-OPENMP_RUNTIMES: Final = ("libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so", "libomp.dylib", "libgomp.1.dylib")
-_PINNED_RUNTIME: Final[list[ctypes.CDLL]] = []
+# Every loaded library stays loaded until the process exits. Closing one that started OpenMP could unload libgomp
+# while its worker threads are parked in it, and the process would crash later somewhere unrelated. Programs are
+# cached by the runtime, so this holds one small library per distinct program: two memory mappings each (the linker
+# flags of compiler.py), of the vm.max_map_count (65530) a process may hold, so about 30000 distinct programs fit.
+# (Closing dropped programs, with the OpenMP runtime pinned resident, was tried: CI's gpu-check then died once with
+# a segfault in tests/test_threads.py, not reproduced since; until that is understood, nothing is closed.)
+_LOADED_LIBRARIES: Final[list[Any]] = []
 # where no in-memory file exists, dlopen reads a library from a temp file <LIBRARY_PREFIX><pid>-....so, deleted once
 # loaded; one a killed process left behind is removed when the backend next opens
 LIBRARY_PREFIX: Final = "plygrad-so-"
 _ONE: Final = (1, 1, 1)  # the only global and local size a CPU program runs with
-
-
-def _pin_openmp_runtime() -> bool:
-    """Whether an OpenMP runtime is resident for the rest of the process: made so here if a program loaded it."""
-    if not _PINNED_RUNTIME and hasattr(os, "RTLD_NOLOAD") and hasattr(os, "RTLD_NODELETE"):
-        for name in OPENMP_RUNTIMES:
-            try:  # NOLOAD: only a runtime already loaded; NODELETE: from now on it is never unloaded
-                _PINNED_RUNTIME.append(ctypes.CDLL(name, mode=os.RTLD_NOLOAD | os.RTLD_NODELETE))
-                break
-            except OSError:
-                continue
-    return bool(_PINNED_RUNTIME)
 
 
 @functools.cache
@@ -92,6 +74,7 @@ class CPUProgram(Program):
         with tempfiles.loadable_file(binary, LIBRARY_PREFIX, suffix=".so") as path:
             try:
                 self.lib: Any = self.ffi.dlopen(path)
+                _LOADED_LIBRARIES.append((self.ffi, self.lib))
             except OSError as exc:
                 raise BackendError(f"cannot load the compiled program {name!r}: {exc}") from exc
         try:
@@ -100,19 +83,6 @@ class CPUProgram(Program):
             raise BackendError(f"the compiled library has no function {name!r}: the source must define "
                                f"`void {name}(...)`") from exc
         self._signatures: dict[tuple[int, int], Any] = {}
-        self.closable = False  # whether __del__ closes the library (CPUBackend.load says: see _PINNED_RUNTIME)
-
-    def __del__(self, finalizing: Any = sys.is_finalizing) -> None:
-        # nothing can call the entry any more: whoever launches a program holds it (a plan, a batch, the runtime's
-        # cache of loaded programs). At interpreter exit the libraries are left to the process's end.
-        lib = getattr(self, "lib", None)
-        if lib is None or not getattr(self, "closable", False) or finalizing():
-            return
-        self._signatures.clear()
-        self.entry = None
-        self.lib = None
-        with contextlib.suppress(OSError, ValueError):  # cffi refuses: the mapping stays, nothing else is lost
-            self.ffi.dlclose(lib)
 
     def _function(self, n_buffers: int, n_vals: int) -> Any:
         key = (n_buffers, n_vals)
@@ -146,12 +116,9 @@ class CPUBackend(Backend):
         toolchain = probe_toolchain()
         super().__init__(name, cpu_target(toolchain), CFFIAllocator(self.ffi), CCompiler(toolchain))
         self._dispatcher: Dispatcher | None = None
-        self.openmp = "-fopenmp" in toolchain.flags
 
     def load(self, name: str, binary: bytes) -> Program:
-        program = CPUProgram(name, binary)
-        program.closable = not self.openmp or _pin_openmp_runtime()  # after the load: it may bring the runtime in
-        return program
+        return CPUProgram(name, binary)
 
     def batch(self, entries: Sequence[BatchEntry]) -> CPUBatch | None:
         """One call of a small C function that calls each program in turn (batch.py); None where it cannot."""
