@@ -173,7 +173,7 @@ class Target:
         the target. bfloat16 works on every family (the metal renderer keeps it as 16-bit patterns, computed in
         float). The fp8 dtypes are not listed either (their software conversions take a double, which Metal
         lacks). A fused multiply-add (`has_fma`: MSL's `fma`). Built here so plygrad-metal, which depends on
-        plygrad-runtime only, can make it (docs/codegen.md §5.3)."""
+        plygrad-runtime only, can make it (docs/codegen.md §5.2)."""
         if not (isinstance(arch, str) and (arch == "mac2" or (arch.startswith("apple") and arch[5:].isdigit()))):
             raise ValueError(f"Target.metal: arch must be a Metal GPU family like 'apple7', 'apple9' or 'mac2', "
                              f"got {arch!r}")
