@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,11 +42,9 @@ class LoadedProgram:
 
 _LOWERINGS: dict[str, Lowering] = {}
 _IMPORTING: Final = threading.Lock()  # one thread imports a lowering engine; the others wait and use it
-# the programs loaded most recently, by (device, PROGRAM bytes); an older one is dropped, and its backend may release
-# it (the CPU backend closes its library: a process can map only so many) once no plan or batch holds it either
-MAX_LOADED: Final = 1024
-_LOADED: Final[OrderedDict[tuple[str, bytes], LoadedProgram]] = OrderedDict()
-_LOADED_LOCK: Final = threading.Lock()
+# every program loaded, by (device, PROGRAM bytes): loaded once per process (the CPU backend never unloads a
+# library, so loading one again would only take more memory mappings)
+_LOADED: Final[dict[tuple[str, bytes], LoadedProgram]] = {}
 
 
 def _forget_plugins() -> None:
@@ -104,7 +101,7 @@ def _lowered_source(backend: Backend, body: UOp, name: str) -> tuple[bytes, str]
     try:
         opts = beam.chosen_opts(beam.Job(backend, body, kernel, target, codegen_name, lower, name))
         program_bytes = PROGRAMS.lower(codegen_name, lower, kernel, target, opts)
-        if (backend.name, program_bytes) in _LOADED:  # a racy peek is fine: at worst one compile more
+        if (backend.name, program_bytes) in _LOADED:
             return None
         source: str = deserialize(program_bytes, Stage.PROGRAM).src[0].arg
     except Exception:  # reported by prepare_kernel, which lowers again and wraps it with context
@@ -134,10 +131,7 @@ def prepare_kernel(backend: Backend, body: UOp, name: str = "kernel") -> LoadedP
         raise CodegenError(f"codegen {codegen_name!r} failed to lower kernel {name!r} for {backend.name}: "
                            f"{type(exc).__name__}: {exc}") from exc
     key = (backend.name, program_bytes)
-    with _LOADED_LOCK:
-        found = _LOADED.get(key)
-        if found is not None:
-            _LOADED.move_to_end(key)
+    found = _LOADED.get(key)
     if found is None:
         try:
             program = deserialize(program_bytes, Stage.PROGRAM)
@@ -149,9 +143,6 @@ def prepare_kernel(backend: Backend, body: UOp, name: str = "kernel") -> LoadedP
         # through the cache, so a disk entry the backend cannot load is discarded and compiled again
         loaded = PROGRAMS.load(backend.compiler, target, source, info.name, partial(backend.load, info.name))
         var_names = tuple(str(v.arg[0]) for v in program.src[1:])
-        # a thread that stored the same program meanwhile wins, and both use its copy
-        with _LOADED_LOCK:
-            found = _LOADED.setdefault(key, LoadedProgram(info, var_names, source, loaded))
-            while len(_LOADED) > MAX_LOADED:
-                _LOADED.popitem(last=False)
+        # one step under the GIL: a thread that stored the same program meanwhile wins, and both use its copy
+        found = _LOADED.setdefault(key, LoadedProgram(info, var_names, source, loaded))
     return found
