@@ -1,20 +1,8 @@
 """Long float sums in stages, as graph nodes: the one builder that `Tensor.sum` and the gradients of broadcasts use.
 
-A sum over more than SPLIT_ABOVE elements becomes sums of blocks, then a sum of those partial sums (again blocked
-if there are many), so no accumulator ever adds more than BLOCK terms. A single running float32 sum stops growing
-at 2^24 (adding 1.0 to 16777216.0 gives 16777216.0) and its rounding error grows with n; blocked, the error grows
-like BLOCK * log_BLOCK(n) and 2^25 ones sum exactly. It also gives the first kernel independent partials per
-block, which the CPU backend spreads over its cores and a GPU over its workgroups. A block is read as `rows` rows
-of LANES consecutive elements and gives LANES partials, one per column (each adding `rows` terms): the first
-kernel then loads whole rows as vectors into LANES vector-lane accumulators, walking memory in order, where one
-partial per block would have made its vector lanes of 16 blocks each a row apart (a gather per vector). The
-partials of all blocks go to the next level. `rows` is BLOCK/LANES, or more (up to BLOCK) where that keeps the
-partials to BLOCK, or else to SPLIT_ABOVE, so the next level is the last (`rows_per_block`): a sum of 4096 x 4096
-floats is then two kernels, not three (each a launch and a pass the call pays for), and the second a short one.
-Every reduction kernel a scheduler or code generator makes from this graph keeps the property: it is in the graph.
-
-The last block is padded with zeros (a PAD of the flattened reduced axes); the scheduler gates the loads of the
-padding, so a length that is no multiple of a block (70000, a prime) reads nothing past its input.
+A sum over more than SPLIT_ABOVE elements becomes sums of blocks of at most BLOCK terms, then a sum of the partials
+(`rows_per_block` picks the block's shape so the next level is the last where it can), which keeps float32 error
+small and gives the first kernel independent partials. docs/frontend-internals.md, "Blocked sums", says why.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""Composite ops built once per input graph: a model's forward pass, built again over the same nodes, finds the
-graph of each sum, mean, GELU, layer norm, softmax, linear layer and attention it built before instead of building
-it op by op.
-
-A composite (`erf`, `gelu`, `layernorm`, `softmax`, ...) is a pure function of its tensors' graphs and its other
-arguments: the same input nodes give the same result node (nodes are hash-consed). Building it is not cheap: an
-exact GELU is about 40 tensor ops (erf's polynomials and branches), each with its promotion, broadcast and autograd
-bookkeeping. A realized graph is remembered (realize_state: `remember_graph`), so the next forward pass over the same
-weights and inputs builds the same nodes again; with this memo each composite on the way is one lookup. MiniLM's
-6-layer encoder, built again after a realize: 9 -> 4.4 ms (same process, alternating).
-
-The memo lives in the first input's node (its `__dict__`, beside the node's other caches), so it goes with that node;
-the result and the other inputs' nodes are held weakly, so the memo keeps nothing alive: an entry answers only while
-its result node is still alive (held by a remembered graph, or by a tensor), and the weak references are checked to
-be the very nodes of this call. The key is everything else the built graph depends on: the function, each tensor's
-node, device, dtype-independent autograd state (`requires_grad`, whether it reads memory: `_derived_grad`) and
-type, the other arguments' values (only scalars, strings, None and tuples of them: anything else is not memoized),
-and the thread's `no_grad` and `training` flags and `dtypes.default_float`. The result is a new tensor over the
-remembered node, with the inputs' Buffers and the requires_grad the first build gave.
+"""Composite ops built once per input graph: `composite` memoizes a pure function of tensors (gelu, layernorm,
+softmax, linear, attention, ...) on its input nodes, so a forward pass built again over the same nodes is one lookup
+per composite instead of tens of tensor ops. The memo lives in the first input's node and holds the result weakly;
+docs/frontend-internals.md, "The composite memo", gives the key and the lifetime rules.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""Disk tensors: tensors on a DISK device (`device="disk:/path/to/file"`, the plygrad-disk backend), whose memory is
-a file mapped into memory. As in tinygrad, no kernel runs on DISK: a disk tensor is read by copying it to a compute
-device and written by copying into it.
-
-A disk tensor is built like any other (`Tensor.empty(n, dtype=..., device="disk:/f")`, or `Tensor(pathlib.Path(f))`
-for a file's bytes as uint8) and its movement ops are lazy graph nodes as usual. What this module adds is how such a
-graph meets the file:
-
-- **Reading** (`to_device`, behind `.to()`, `.numpy()`, `.realize()`): the graph's view of the file is worked out as
-  strides over its bytes (`Strided`). A view that is one contiguous byte range (a reshape, a slice of the outer
-  axes, a bitcast) becomes a `Buffer.view` of the file, copied to the device as it is. Any other graph (a strided
-  slice `t[:, ::2]`, a permute, padding, arithmetic) is computed on the target device after a copy of the byte
-  range it reads (`Spans`), so `t.reshape(4, 4)[:, ::2].to("CPU")` reads the 4x4 block, not the file. The copy is
-  a lazy COPY like any `.to()`: it reads the file when realized.
-- **Writing** (`write`, behind `assign`, `t[index] = v`, `.to("disk:...")`): the value is computed on a compute
-  device and its bytes go into the file at once: a contiguous view in one copy, a strided one (any mix of
-  reshape, slice with steps, permute, flip) by a read-modify-write of the byte range it covers. A view with padding
-  or broadcasting, or one made by arithmetic, has no bytes of its own to write and raises.
+"""Disk tensors: tensors on a DISK device (`device="disk:/path/to/file"`, the plygrad-disk backend), a file mapped into
+memory. No kernel runs on DISK: `to_device` reads a disk tensor's graph by copying the byte range it covers to a
+compute device (a contiguous view is a `Buffer.view` copied as it is), and `write` computes a value on a compute
+device and puts its bytes into the file at once (strided views by read-modify-write). docs/frontend.md, "Disk
+tensors", is the user's guide; docs/frontend-internals.md, "Disk tensors", the mechanics.
 """
 
 from __future__ import annotations

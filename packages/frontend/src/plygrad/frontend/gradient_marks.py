@@ -1,21 +1,8 @@
 """`Tensor.contiguous_backward()`: a forward no-op whose gradient is made contiguous (tinygrad's CONTIGUOUS_BACKWARD).
 
-The gradient flowing back into a tensor is a lazy graph like any other, which a scheduler is free to fuse into
-whatever reads it, recomputing it in each reader if it chooses. `contiguous_backward()` asks autograd to wrap the
-gradient arriving at that point in a CONTIGUOUS, a fusion boundary, so it is computed once into its own buffer
-(tinygrad puts one on a transformer block's output), while the forward values are untouched and still fuse freely.
-
-The IR has no op for this, and needs none: the mark is a node of the forward graph that costs nothing, two RESHAPEs
-(x to shape + (1,) and back), remembered in a weak set as `stop_gradient`'s identity RESHAPEs are (lazy.py).
-Autograd's RESHAPE rule asks `wants_contiguous_gradient` and adds the CONTIGUOUS (autograd.py). Two RESHAPEs rather
-than one, because the single identity RESHAPE of x is `stop_gradient(x)`'s node (nodes are hash-consed): marking it
-would make `x.detach()` and `x.contiguous_backward()` one node. The scheduler folds RESHAPE chains, so the forward
-kernel is the same as without the mark.
-
-Marks are node identities, so a graph rebuilt from new sources must carry them over: `substitute_keeping_marks` is
-`UOp.substitute` that does, for these marks and for gradient stops. Autograd needs it where it swaps realized views
-back for the graphs that computed them (autograd.unrealized); a plain substitute there would turn a `detach()` above
-a realized tensor into a node gradients flow through.
+The mark is two identity RESHAPEs remembered in a weak set; autograd's RESHAPE rule asks `wants_contiguous_gradient`
+and wraps the arriving gradient in a CONTIGUOUS. `substitute_keeping_marks` carries marks and gradient stops over
+when a graph is rebuilt. docs/frontend-internals.md, "Gradient marks", says why two RESHAPEs and not one.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Indexing: `t[index]` (basic indexing as views, advanced indexing with tensors, lists and masks) and
-`t[index] = value`. The gather and scatter ops they share their one-hot construction with live in gather.py.
+`t[index] = value`; the gathers and scatters they share live in gather.py.
 
-Every gather here is built the tinygrad way, from primitive ops only: an index tensor compared with a counter
-`0..n-1` gives a one-hot mask over the indexed axis, `where(mask, x, 0)` keeps the chosen element, and a sum over
-that axis collapses it. That is an elementwise expression plus one REDUCE, so the scheduler fuses it with what
-produces and reads it, and autograd differentiates it like any other graph (the gradient of a gather is a scatter
-of the same mask). Scatters run the same mask the other way: a reduce over the *index* axes.
-
-Index values are data: checking them would need the device to finish first, so tensor indices are not checked.
-Negative values wrap once (`-1` is the last element, like PyTorch); a value still out of range matches no position
-of the one-hot mask, so a gather reads 0 there and a scatter or `t[idx] = v` writes nothing. (PyTorch raises
-instead.) Python lists and NumPy arrays used as indices are on the host, so they are checked eagerly and raise
-IndexError. Ops whose result *size* depends on the data (`nonzero`, `masked_select`, a bool-mask index,
-`one_hot()` with no class count) read the data back first, as PyTorch does.
+Gathers are built from primitive ops, tinygrad's way: an index compared with a counter `0..n-1` gives a one-hot
+mask, `where(mask, x, 0)` and a sum over the axis collapse it, which the scheduler fuses and autograd differentiates
+like any graph. Tensor indices are data, so they are not checked: negative values wrap once and a value still out
+of range reads 0 / writes nothing (PyTorch raises); Python lists and arrays are checked eagerly (IndexError).
+docs/frontend-internals.md, "Indexing", has the rest.
 """
 
 

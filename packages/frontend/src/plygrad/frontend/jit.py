@@ -7,46 +7,9 @@
         opt.step()
         return loss
 
-The first call runs the function as written (kernels get compiled). The second runs it again while recording every
-schedule run (`realize_state.STATE.capturing`: each plan with the Buffers it ran on). Every later call only replays the
-recorded kernels (`plygrad.runtime.Capture.replay`) with the new Tensor arguments' Buffers in place of the recorded
-ones: no graph is built, nothing is scheduled, nothing is lowered, no Buffer is allocated.
-
-What that means for the function:
-- Tensor arguments (positional or keyword, also inside lists, tuples and dicts) are realized first; on a replay they
-  must have the recorded shapes, dtypes and devices (JitError, also a ShapeError / DTypeError / ValueError, naming
-  the argument). One Buffer passed as two arguments is refused (JitError): the recording could not tell them apart.
-  A symbolic shape (`Variable(...).bind(v)`, docs/frontend.md) must have the recorded variables, at any bound
-  value: such an argument is copied into a Buffer the recording sized for the variables' maxima, and a replay
-  launches the recorded kernels with the new values (the returned Tensors' shapes carry them too). A bound
-  Variable passed as an argument (a KV cache's position) is read again on every replay, not frozen: its value
-  reaches the recorded kernels; another Variable in its place raises JitArgumentError.
-- Returned Tensors are realized at the end of the recording call. A replay returns Tensors over the *recorded*
-  output Buffers: the next call overwrites them (as in tinygrad). Copy out (`.numpy()`) what must be kept. Anything
-  else returned (a number, a string) would be frozen at the recording, so it is refused (JitError); None is fine.
-- Everything else is frozen at the recording call: non-Tensor arguments, Python side effects and control flow,
-  Tensors the function makes from Python data, `Tensor.training` / `no_grad`. Call `reset()` to record again.
-- State that must change across calls (parameters, optimizer moments, step counters) must be updated in place
-  with `assign` (and realized inside the function, e.g. by the optimizer's `step`): a Tensor *rebound* to a new
-  value inside the function is not seen by the replay, which keeps reading the Buffer it recorded.
-- Random numbers (`rand`, `randn`, `dropout`, ...) are fresh on every replay: each draw's counter offset and seed
-  are kernel variables (random.py), and a replay reserves a new counter range, as the function run eagerly would,
-  and launches the recorded kernels with the new offsets and the current seed. In one thread a jitted function
-  therefore draws exactly the numbers the plain function would. `manual_seed` inside the function is refused
-  (JitError: a replay runs no Python); `TinyJit(fn, frozen_random=True)` replays the recorded numbers instead.
-- `TinyJit(fn, prune=True)` (tinygrad's meaning): after the recording, the kernels and copies that cannot depend on
-  the Tensor arguments are dropped from the replay (they ran once, at the recording, and their results stay in
-  their Buffers): a step is kept when it touches an argument's Buffer or a Buffer a kept step touched, or draws
-  random numbers. Only for work that really is the same every call (a weight cast or a constant table): an
-  in-place update that reads no argument (a step counter `t.assign(t + 1)`) is dropped too.
-- A function that runs no kernel while recorded is refused (JitError: there is nothing to replay), and so is a
-  TinyJit called while another one records in the same thread (its kernels would escape the outer recording).
-
-Threads (docs/threads.md): separate TinyJit objects may run in separate threads at once, beside eager work; each
-records only its own thread's kernels. One TinyJit object is one set of recorded Buffers, so it runs one call at a
-time: a call that arrives while another thread (or this thread, recursively) is inside the same object raises
-JitError rather than waiting, because waiting would still let the second call overwrite the output Buffers the
-first caller is about to read. Calls from different threads one after another are fine.
+Call 1 runs the function, call 2 records every plan it runs (`realize_state.STATE.capturing()`), later calls replay
+the recording (`plygrad.runtime.Capture.replay`) on the new arguments' Buffers. What a replay freezes, what it reads
+again (bound Variables, random offsets), `prune`, `frozen_random`, the errors and the threading rules: docs/jit.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The seeded random stream behind `rand`: Threefry-2x32 (the IR's THREEFRY op) of a counter under a key made from
 the seed, and the in-graph counter `0..n-1` (`counter`, which `arange` uses too).
 
-A draw of n values is THREEFRY(offset + i, key) for i < n, the offset advancing by n per draw. The offset and the
-seed enter the graph as bound kernel variables, so every draw of one size is one kernel structure and a TinyJit
-replay draws fresh numbers. Threads share one generator (each draw takes its counter range under a lock); what a
-thread drew is kept per thread. docs/frontend.md, "Randomness", says how and why; tinygrad's keyed stream
-(`Tensor.random_bits`) is keyed_random.py.
+A draw of n values is THREEFRY(offset + i, key); offset and seed are bound kernel variables, so one kernel serves
+every draw of a size and a TinyJit replay draws fresh numbers. docs/frontend.md, "Randomness"; tinygrad's keyed
+stream (`Tensor.random_bits`) is keyed_random.py.
 """
 
 from __future__ import annotations

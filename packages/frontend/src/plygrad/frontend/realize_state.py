@@ -1,33 +1,9 @@
 """What realizing remembers between calls, owned by one object: `STATE`, a `RealizeState`.
 
-Nothing else in the frontend keeps realize or assign bookkeeping; every other module asks `STATE` through the
-methods below. The algorithm that uses it, `realize()`, reads top to bottom in realization.py. What is kept:
-
-- **pending assigns**: buffer id -> the tensors holding an ASSIGN into it that has not run. Written by
-  `Tensor.assign`; realize runs them first for any buffer it reads. Held strongly: `x[1:3].assign(v)` drops its
-  tensor at once, and the write must still happen.
-- **versions**: buffer id -> the pending writes through a view and the node the written tensor is read through
-  after each (view_write.py): a graph holding it was built after the write, so it is no old-value reader.
-- **done assigns**: ASSIGN nodes already run -> their target view. A graph built while one was pending still holds
-  it; realize replaces the node by the view so the write is not done twice.
-- **holders**: Buffer -> the tensors realized into it or made from data (weakly): a write through a view of the
-  buffer points them at the written version (view_write.py).
-- **readers**: every live tensor whose graph reads a Buffer (weakly). Before an ASSIGN into a buffer runs, realize
-  computes the unrealized readers of its old values in the same schedule (docs/autograd.md, "assign").
-- **host data**: bytes waiting to be copied into a Buffer (`Tensor(data)`, `from_blob`, nn's loaders stage them): a
-  tensor made from data copies nothing until it is realized. realize and `scheduling.run` copy them in.
-- **schedules**: (scheduler, normalized graph) -> the schedule's bytes, the only schedule cache (scheduling.py says
-  why), read and filled by `scheduling.run`.
-- **graphs seen**: the last realized graphs (SINKs) -> their normalization (`scheduling.normalize`), held strongly so
-  that building the same graph again returns the same hash-consed nodes and finds it without walking it.
-- **capture**: the calling thread's TinyJit recording, if one is open; `scheduling.run` records each plan it runs
-  there.
-
-Autograd's own registries (leaves, undecided tensors, gradients through realized graphs, gradient stops) belong to
-autograd and live in autograd.py and lazy.py's `stop_gradient`; they are not realize state.
-
-Threads (docs/threads.md): the capture is the calling thread's own (a ContextVar); the tables are shared and each
-is guarded by its own lock where two threads could touch it at once.
+Nothing else in the frontend keeps realize or assign bookkeeping; every other module asks `STATE` through its
+methods, and `realize()` in realization.py is the algorithm that uses it. The tables (pending and done assigns,
+versions, holders, readers, host data, schedules, graphs seen, the capture), what each holds and how strongly, and
+their locking: docs/frontend-internals.md, "Realize state".
 """
 
 from __future__ import annotations

@@ -4,15 +4,9 @@
     x.rearrange("b (h p) w -> b h p w", p=2)       # split an axis; one size per group may be inferred
     x.rearrange("b ... c -> b c ...")              # an ellipsis stands for the axes not named
 
-A pattern is `left -> right`. Each side is a list of axes: a name (an identifier, not starting or ending with `_`),
-a parenthesized group of names (one input axis split into several, or several output axes merged into one), `...`
-(the axes not named, on the left at most once and never inside a group), and `1` or `()` for a unit axis (an input
-axis of size 1 dropped, or an output axis of size 1 added). Every name appears once on each side. Sizes given as
-keyword arguments check or determine the sizes of split axes.
-
-The work is plan then views: parsing turns the pattern into elementary axes; the input is reshaped so each left
-group becomes its elementary axes, permuted into the right side's order, and reshaped so each right group becomes
-one axis. No data moves until something reads the result, and the gradient is the inverse views.
+A side is a list of names, parenthesized groups, at most one `...` (left side, never in a group) and `1` / `()`
+for unit axes; every name appears once on each side; keyword sizes check or fix split axes. The input is reshaped
+into elementary axes, permuted into the right side's order and reshaped into its groups: no data moves.
 """
 
 from __future__ import annotations

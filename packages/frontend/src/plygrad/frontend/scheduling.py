@@ -1,25 +1,10 @@
-"""Finding the scheduler plugin and running what it schedules (DESIGN.md §2, §4).
+"""Finding the scheduler plugin and running what it schedules (docs/design.md §2, §4).
 
-The frontend never imports a scheduler: it asks the `plygrad.schedulers` entry-point group (through
-`plygrad.runtime.discovery`, so `discovery.installed(...)` can plug one in for a test) for the callable named by
-`with use_scheduler(name):`, else PLYGRAD_SCHEDULER, else "default". Everything crossing to it is bytes.
-
-Realizing pays Python per call, so `run` does the byte work once per graph *structure*: the graph's BUFFERs are
-renumbered 0, 1, ... in the order the graph reaches them (device, dtype and size stay), that normalized graph is
-serialized and scheduled once, and the schedule's `ExecPlan` (plygrad.runtime: decoded, verified, lowered once) runs
-over the real Buffers by rank. So `x + 1` realized again over another `x` of the same shape costs a walk of the
-graph and the launches. Bound variables are normalized the same way (their values go to the launch, not the key),
-so a random draw at a new offset or seed reuses the compiled kernels. This is the only schedule cache (the
-scheduler keeps none): it sits before the serialization and the plugin call, so it saves both, whichever plugin is
-chosen. With PLYGRAD_FORCE_BYTES on, every realize serializes the real graph, schedules it and decodes the
-schedule, as if each layer ran in another process: the reference the cached path is tested against.
-
-A TinyJit recording (`realize_state.STATE.capturing()`) gets every plan run inside it, with its Buffers.
-
-Threads (docs/threads.md): the chosen scheduler and the capture being recorded are the calling thread's own
-(`contextvars`), so one thread's `use_scheduler` or TinyJit recording never reaches the schedules another thread
-runs. The caches are shared; a lock guards each lookup and insert, but not the scheduling itself, so two threads
-missing the same entry at once both schedule it (the same bytes) rather than one waiting on the other.
+The scheduler is the `plygrad.schedulers` entry point named by `with use_scheduler(name):`, else PLYGRAD_SCHEDULER,
+else "default"; everything crossing to it is bytes. `run` schedules once per graph *structure* (BUFFERs and bound
+variables renumbered, the normalized graph serialized and scheduled once) and runs the cached `ExecPlan` over the
+real Buffers; PLYGRAD_FORCE_BYTES skips the cache. docs/frontend-internals.md, "The schedule cache", has the details
+and the threading rules.
 """
 
 from __future__ import annotations
