@@ -16,6 +16,7 @@ from typing import Any, Final, TypeAlias
 
 from plygrad.ir.dtype import DType, dtypes
 from plygrad.ir.records import BufferRef
+from plygrad.runtime import trace
 from plygrad.runtime.device import Device, canonical_device
 from plygrad.runtime.errors import InvalidBufferError
 from plygrad.runtime.plugin import Backend
@@ -97,6 +98,9 @@ class Buffer:
                 if self._handle is None:
                     self._handle = (allocator.alloc(self.nbytes) if base_handle is None
                                     else allocator.offset(base_handle, self._offset, self.nbytes))
+                    rec = trace.RECORDER
+                    if rec is not None and base_handle is None:  # a view allocates nothing
+                        rec.alloc(self.id, self.device, self.nbytes)
                 handle = self._handle
         return handle
 
@@ -142,6 +146,9 @@ class Buffer:
         handle, backend = getattr(self, "_handle", None), getattr(self, "_backend", None)
         if handle is not None and backend is not None and getattr(self, "_base", None) is None:  # a view owns none
             backend.allocator.free(handle)
+            rec = trace.RECORDER
+            if rec is not None and buffer_id is not None:
+                rec.free(buffer_id)
 
     def __repr__(self) -> str:
         state = "allocated" if self.allocated else "lazy"

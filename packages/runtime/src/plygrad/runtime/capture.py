@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from plygrad.runtime import config
+from plygrad.runtime import config, trace
 from plygrad.runtime.batch import KernelRun, group, launch_run
 from plygrad.runtime.bounds import DeferredBounds
 from plygrad.runtime.buffer import Buffer
@@ -114,18 +114,25 @@ class Capture:
         debug = config.DEBUG.get()
         handles = [b.handle for b in table]
         # runs of consecutive kernels go to the backend in one call (batch.py), except where DEBUG times each one
-        steps = self._steps if debug >= 2 else self._grouped or self._group()
+        rec = trace.RECORDER
+        steps = self._steps if debug >= 2 or rec is not None else self._grouped or self._group()
+        run = -1 if rec is None else rec.begin_run(None, (), "replay")
         for step in steps:
             if isinstance(step, KernelRun):
                 launch_run(step, [handles[i] for i in step.slots], lambda s: _values(s, vals))
                 continue
             if isinstance(step, _Copy):
-                copy_buffer(table[step.dst], table[step.src])
+                if rec is None:
+                    copy_buffer(table[step.dst], table[step.src])
+                else:
+                    rec.copy(table[step.dst], table[step.src], copy_buffer)
                 continue
             step_vals = _values(step, vals)
             if step.bounds is not None:
                 step.bounds.check(step_vals)
             launch(step.device, step.loaded, [handles[i] for i in step.positions], step_vals, debug)
+        if rec is not None:
+            rec.end_run(run)
 
     def _group(self) -> tuple[_Launch | _Copy | KernelRun, ...]:
         """The steps with every run of consecutive kernels the backend batches as one KernelRun, found once per

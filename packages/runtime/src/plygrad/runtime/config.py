@@ -48,13 +48,18 @@ BEAM_TIMEOUT: Final = FloatSetting("BEAM_TIMEOUT", 60.0, "seconds one kernel's B
                                    "candidate found by then is kept", 0.0)
 BEAM_MAX_CANDIDATES: Final = IntSetting("BEAM_MAX_CANDIDATES", 200, "how many distinct programs one kernel's BEAM "
                                         "search may compile and time at most", 1, 1 << 20)
+VIZ: Final = IntSetting("VIZ", 0, "record the run for plygrad-viz (trace.py), read once when the runtime is imported: "
+                        "1 schedules, kernels, launches, memory and markers, written at exit; 2 also each launch's "
+                        "buffer contents (size-capped), for `python -m plygrad.viz --check`", 0, 2)
+VIZ_DIR: Final = StrSetting("VIZ_DIR", "plygrad-viz", "folder VIZ=1 writes trace.json.gz and the reports into")
 
 __all__ = ["BEAM", "BEAM_MAX_CANDIDATES", "BEAM_TIMEOUT", "DEBUG", "PLYGRAD_CACHE_DIR", "PLYGRAD_CODEGEN",
            "PLYGRAD_COMPILE_JOBS", "PLYGRAD_DEVICE", "PLYGRAD_DISABLE_CACHE", "PLYGRAD_FORCE_BYTES", "SETTINGS",
-           "FlagSetting", "FloatSetting", "IntSetting", "StrSetting", "cache_dir", "default_cache_dir"]
+           "VIZ", "VIZ_DIR", "FlagSetting", "FloatSetting", "IntSetting", "StrSetting", "cache_dir",
+           "default_cache_dir"]
 
 SETTINGS: Final = (DEBUG, PLYGRAD_DEVICE, PLYGRAD_CODEGEN, PLYGRAD_CACHE_DIR, PLYGRAD_DISABLE_CACHE,
-                   PLYGRAD_FORCE_BYTES, PLYGRAD_COMPILE_JOBS, BEAM, BEAM_TIMEOUT, BEAM_MAX_CANDIDATES)
+                   PLYGRAD_FORCE_BYTES, PLYGRAD_COMPILE_JOBS, BEAM, BEAM_TIMEOUT, BEAM_MAX_CANDIDATES, VIZ, VIZ_DIR)
 
 
 def cache_dir() -> Path:

@@ -30,7 +30,7 @@ from plygrad.ir.serialize import deserialize, serialize
 from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
 from plygrad.ir.verify import verify
-from plygrad.runtime import config, discovery, plugin_output
+from plygrad.runtime import config, discovery, plugin_output, trace
 from plygrad.runtime.batch import KernelRun, group, launch_run
 from plygrad.runtime.bounds import DeferredBounds, check_kernel_bounds, size_variables
 from plygrad.runtime.buffer import Buffer, lookup_buffer
@@ -91,8 +91,9 @@ class ExecPlan:
     """A verified schedule with its programs loaded (see the module docstring). Build with `ExecPlan.build`."""
 
     def __init__(self, slots: tuple[BufferSlot, ...], steps: tuple[Step, ...], outputs: tuple[int, ...],
-                 producer: str | None = None) -> None:
+                 producer: str | None = None, linear: UOp | None = None) -> None:
         self.slots = slots
+        self.linear = linear  # the schedule, for a recording (trace.py) to show
         self.producer = producer  # who made the schedule, named by the errors its buffers raise
         self.steps = steps
         self.outputs = outputs  # LINEAR.arg: the buffer id realizing each source of the tensor SINK
@@ -146,7 +147,7 @@ class ExecPlan:
                 later.var_names = program.var_names
                 step = dataclasses.replace(step, bounds=later)
             steps[index] = step
-        return ExecPlan(tuple(slots), tuple(s for s in steps if s is not None), tuple(linear.arg), producer)
+        return ExecPlan(tuple(slots), tuple(s for s in steps if s is not None), tuple(linear.arg), producer, linear)
 
     # ---- running ----------------------------------------------------------------------------------------------
     def bind(self, buffers: Mapping[int, Buffer] | None = None) -> list[Buffer]:
@@ -200,22 +201,30 @@ class ExecPlan:
         values than the schedule's BINDs, by name (a caller that scheduled a graph once for many values)."""
         debug = config.DEBUG.get()
         start = time.perf_counter() if debug >= 1 else 0.0
-        # runs of consecutive kernels go to the backend in one call (batch.py), except where DEBUG times each one
-        if debug >= 2 or not self._ran:  # the first run launches one by one too (batch.py)
+        rec = trace.RECORDER
+        # runs of consecutive kernels go to the backend in one call (batch.py), except where DEBUG or a recording
+        # times each one
+        if debug >= 2 or not self._ran or rec is not None:  # the first run launches one by one too (batch.py)
             self._ran = True
             steps: Sequence[Step | KernelRun] = self.steps
         else:
             steps = self._grouped or self._group()
+        run = -1 if rec is None else rec.begin_run(self.linear, self.steps, self.producer)
         for step in steps:
             if isinstance(step, KernelRun):
                 launch_run(step, [bufs[i].handle for i in step.slots], lambda s: step_values(s, vals))
             elif isinstance(step, CopyStep):
-                copy_buffer(bufs[step.dst], bufs[step.src])
+                if rec is None:
+                    copy_buffer(bufs[step.dst], bufs[step.src])
+                else:
+                    rec.copy(bufs[step.dst], bufs[step.src], copy_buffer)
             else:
                 values = step_values(step, vals)
                 if step.bounds is not None:
                     step.bounds.check(values)
                 launch(step.device, step.loaded, [bufs[i].handle for i in step.slots], values, debug)
+        if rec is not None:
+            rec.end_run(run)
         if debug >= 1:
             print(f"run_linear: {self.kernel_count} kernels, {len(self.steps) - self.kernel_count} copies in "
                   f"{(time.perf_counter() - start) * 1e3:.2f} ms")
@@ -298,7 +307,11 @@ def launch(device: str, loaded: LoadedProgram, handles: list[object], vals: Sequ
     info = loaded.info
     if debug >= 4:
         print(loaded.source)
-    seconds = loaded.program(handles, info.global_size, info.local_size, vals, wait=debug >= 2)
+    rec = trace.RECORDER
+    if rec is None:
+        seconds = loaded.program(handles, info.global_size, info.local_size, vals, wait=debug >= 2)
+    else:  # timed and recorded (trace.py)
+        seconds = rec.launch(device, loaded, handles, vals)
     GlobalCounters.record(info, seconds)
     if debug >= 2:
         print(kernel_line(device, info, seconds))
