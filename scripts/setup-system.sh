@@ -7,6 +7,9 @@
 #   AMDGPU code objects for gfx90a, gfx942 and gfx1100 (`clang-19 -x hip --offload-arch=... -nogpulib -nogpuinc`,
 #   linked by ld.lld-19); plygrad-amd compiles with them too where a machine has no ROCm. The Metal check uses its
 #   clang++-19 too (`-fsyntax-only` on every rendered MSL kernel, packages/codegen/tests/metal_emu.py).
+# - a headless Chromium (Debian's chromium-headless-shell, else chromium) for the browser test of plygrad-viz's
+#   report (tests/test_viz_browser.py, `--dump-dom` and `--screenshot`); optional: a failed install is reported and
+#   that test skips saying so.
 # nvcc (the CUDA toolkit, for compiling every test kernel to a cubin) comes with the machine image: it is not a
 # Debian package we can install here, so its absence is only reported (those tests then fail, by design).
 # Does nothing when everything is there. Runs as root on the project's machines (apt-get); elsewhere it says what
@@ -38,4 +41,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] && ! ls /usr/local/cuda-*/bin/nvcc >/dev/null 2>&1; then
     echo "setup-system: note: nvcc (CUDA toolkit) not found; the cubin compile checks will fail" >&2
+fi
+if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1 \
+        && [ ! -x /usr/lib/chromium/chrome-headless-shell ]; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup-system: installing chromium-headless-shell with apt-get"
+        if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+                chromium-headless-shell >/dev/null; }; then
+            echo "setup-system: note: chromium-headless-shell did not install; the viz browser test will skip" >&2
+        fi
+    else
+        echo "setup-system: note: no chromium found; install chromium-headless-shell for the viz browser test" >&2
+    fi
 fi
