@@ -1,0 +1,44 @@
+"""`python -m plygrad.viz TRACE [--html] [--chrome] [--top N] [--json]`: the top kernels of a recorded trace in the
+terminal, and its reports written again (offline: nothing is served or fetched)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from plygrad.viz.model import TraceError, kernel_stats, load, summary
+from plygrad.viz.reports import top_table, write_reports
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m plygrad.viz", description=__doc__)
+    parser.add_argument("trace", help="a trace.json.gz written by VIZ=1 or plygrad.viz.record")
+    parser.add_argument("--html", action="store_true", help="write report.html")
+    parser.add_argument("--chrome", action="store_true", help="write chrome_trace.json (Perfetto, chrome://tracing)")
+    parser.add_argument("--out", help="folder for the reports (default: the trace's folder)")
+    parser.add_argument("--top", type=int, default=10, help="kernels in the table (default 10)")
+    parser.add_argument("--json", action="store_true", help="print the summary and kernel table as JSON")
+    args = parser.parse_args(argv)
+    if args.top < 1:
+        parser.error(f"--top must be at least 1, got {args.top}")
+    try:
+        trace = load(args.trace)
+        if args.html or args.chrome:
+            for path in write_reports(args.trace, args.out, html=args.html, chrome=args.chrome):
+                print(f"wrote {path}", file=sys.stderr)
+    except (OSError, TraceError) as exc:
+        print(f"python -m plygrad.viz: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"summary": summary(trace), "kernels": [asdict(s) for s in kernel_stats(trace)[:args.top]]},
+                         indent=1))
+    else:
+        print(top_table(trace, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
