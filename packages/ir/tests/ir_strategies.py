@@ -115,7 +115,7 @@ class _TensorBuilder:
         x, shape = draw(st.sampled_from(self.pool))
         dt = x.dtype
         action = draw(st.sampled_from(["unary", "binary", "where", "movement", "reduce", "cast", "contiguous",
-                                       "copy", "assign", "bitcast"]))
+                                       "copy", "assign", "bitcast", "allreduce"]))
         new: UOp
         new_shape = shape
         if action == "unary":
@@ -142,6 +142,10 @@ class _TensorBuilder:
             new = UOp(Ops.COPY, dt, (x,), draw(st.sampled_from(["CPU", "CPU:1", "NV"])))
         elif action == "assign":
             new = UOp(Ops.ASSIGN, dt, (self.buffer(dt, shape), x))
+        elif action == "allreduce" and not dt.is_bool:
+            others = [self.partner(x, shape) for _ in range(draw(st.integers(0, 3)))]
+            op = draw(st.sampled_from([Ops.ADD, Ops.MUL, Ops.MAX]))
+            new = UOp(Ops.ALLREDUCE, dt, (x, *others), (op, draw(st.sampled_from(["CPU", "CPU:1", "NV:0"]))))
         else:
             new = UOp(Ops.CONTIGUOUS, dt, (x,))
         self.pool.append((new, new_shape))

@@ -40,7 +40,7 @@ def kernel() -> UOp:
 
 def test_kernel_text_reads_line_per_node() -> None:
     assert to_text(kernel(), Stage.KERNEL) == "\n".join([
-        "plygrad-ir format 1.0 opset 1.3 stage KERNEL",
+        "plygrad-ir format 1.0 opset 1.4 stage KERNEL",
         "%0 = PARAM ptr(float32,global,16) () 0",
         "%1 = CONST index () 16",
         "%2 = RANGE index (%1) (0, AxisType.LOOP)",

@@ -36,6 +36,7 @@ class Ops(enum.IntEnum):
     CONTIGUOUS = enum.auto()  # realize into a contiguous buffer
     COPY = enum.auto()  # move between devices
     ASSIGN = enum.auto()  # write a value into an existing buffer (in place)
+    ALLREDUCE = enum.auto()  # (opset 1.4) one tensor per device reduced, the result on one device (arg: (op, device))
     # ---- schedule stage ------------------------------------------------------------------------------------------
     LINEAR = enum.auto()  # an ordered list: CALLs in a schedule
     CALL = enum.auto()  # a kernel (or copy) applied to buffers
@@ -112,7 +113,7 @@ class GroupOp:
     Commutative: Final = frozenset({Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR})
     # (a op b) op c == a op (b op c) on integers (floats only approximately: never reassociate them)
     Associative: Final = frozenset({Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX})
-    # the ops a REDUCE can reduce with
+    # the ops a REDUCE (and an ALLREDUCE) can reduce with
     ReduceOps: Final = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
     # ops defined only on integers (and bool for the bitwise ones)
     IntegerOnly: Final = frozenset({Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.THREEFRY})

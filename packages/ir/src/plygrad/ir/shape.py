@@ -261,7 +261,7 @@ MOVEMENT_SHAPES: Final[dict[Ops, Callable[[Any, Shape], Shape]]] = {
 # the movement ops that take symbolic sizes as extra sources
 SYMBOLIC_MOVEMENT: Final = frozenset({Ops.RESHAPE, Ops.EXPAND, Ops.PAD, Ops.SHRINK})
 # ops whose shape is their (single or all-equal) sources' shape
-SAME_SHAPE_OPS: Final = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN}
+SAME_SHAPE_OPS: Final = GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN, Ops.ALLREDUCE}
 
 
 def infer_shape(node: UOp) -> Shape | None:

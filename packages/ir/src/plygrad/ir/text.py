@@ -1,6 +1,6 @@
 """The text form of the IR: one line per node, for debugging, test fixtures and golden files.
 
-    plygrad-ir format 1.0 opset 1.3 stage KERNEL
+    plygrad-ir format 1.0 opset 1.4 stage KERNEL
     %0 = PARAM ptr(float32,global,16) () 0
     %1 = CONST index () 16
     root %1

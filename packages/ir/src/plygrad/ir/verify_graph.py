@@ -249,6 +249,14 @@ def _copy_form(node: UOp) -> str | None:
     return void(node) or arg_none(node)  # schedule stage: the body of a copy CALL
 
 
+def _allreduce_arg(node: UOp) -> str | None:
+    arg = node.arg
+    if (type(arg) is tuple and len(arg) == 2 and type(arg[0]) is Ops and arg[0] in GroupOp.ReduceOps
+            and isinstance(arg[1], str) and arg[1]):
+        return None
+    return f"needs the argument (Ops.ADD, Ops.MUL or Ops.MAX, the result's device name), got {show(arg)}"
+
+
 def _integer_loop(node: UOp) -> str | None:
     if not node.dtype.is_int or type(node.dtype) is not DType or node.dtype.count != 1:
         return f"must have an integer dtype, got {dtype_word(node.dtype)}"
@@ -444,6 +452,7 @@ GRAPH_RULES: Final[dict[Ops, Row]] = {
     Ops.CONTIGUOUS: Row(1, 1, (arg_none, _value_like_src0)),
     Ops.COPY: Row(0, 1, (_copy_form,)),
     Ops.ASSIGN: Row(2, 2, (arg_none, _value_like_src0, _sources_same_dtype)),
+    Ops.ALLREDUCE: Row(1, ANY, (_allreduce_arg, _value_like_src0, _sources_same_dtype)),
     Ops.LINEAR: Row(0, ANY, (void, _linear_arg)),
     Ops.CALL: Row(1, ANY, (void, _call_arg)),
     Ops.PARAM: Row(0, 0, (_pointer_in(AddrSpace.GLOBAL), _param_arg)),

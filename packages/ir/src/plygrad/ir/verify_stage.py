@@ -154,6 +154,7 @@ _TENSOR_OPS: Final[dict[Ops, OpRule]] = {
     Ops.CONTIGUOUS: OpRule(),
     Ops.COPY: OpRule((), 1, 1),
     Ops.ASSIGN: OpRule((_assign_target,)),
+    Ops.ALLREDUCE: OpRule(),
 }
 
 

@@ -13,7 +13,8 @@ FORMAT_VERSION: Final[tuple[int, int]] = (1, 0)
 # 1.2: the fp8 dtypes fp8e4m3, fp8e5m2, fp8e4m3fnuz, fp8e5m2fnuz (docs/ir.md, dtypes)
 # 1.3: Target.has_fma, and REDUCE ADD of float products accumulated by MULACC where it is set (docs/ir.md §5);
 #      OptOps.TILE (loop tiling of an output axis, docs/codegen.md §2.2)
-OPSET_VERSION: Final[tuple[int, int]] = (1, 3)
+# 1.4: ALLREDUCE, a tensor-stage collective over one tensor per device (docs/ir.md, tensor-stage ops)
+OPSET_VERSION: Final[tuple[int, int]] = (1, 4)
 
 
 def readable(found: tuple[int, int], reader: tuple[int, int]) -> bool:
