@@ -7,9 +7,9 @@
 #   AMDGPU code objects for gfx90a, gfx942 and gfx1100 (`clang-19 -x hip --offload-arch=... -nogpulib -nogpuinc`,
 #   linked by ld.lld-19); plygrad-amd compiles with them too where a machine has no ROCm. The Metal check uses its
 #   clang++-19 too (`-fsyntax-only` on every rendered MSL kernel, packages/codegen/tests/metal_emu.py).
-# - a headless Chromium (Debian's chromium-headless-shell, else chromium) for the browser test of plygrad-viz's
-#   report (tests/test_viz_browser.py, `--dump-dom` and `--screenshot`); optional: a failed install is reported and
-#   that test skips saying so.
+# - a headless Chromium (Debian's chromium-headless-shell, else chromium) for the browser tests of plygrad-viz's
+#   report (tests/test_viz.py, packages/viz/tests: `--dump-dom` and `--screenshot`); optional: a failed install is
+#   reported and those tests skip saying so.
 # nvcc (the CUDA toolkit, for compiling every test kernel to a cubin) comes with the machine image: it is not a
 # Debian package we can install here, so its absence is only reported (those tests then fail, by design).
 # Does nothing when everything is there. Runs as root on the project's machines (apt-get); elsewhere it says what
