@@ -11,6 +11,7 @@ from typing import Final
 
 from plygrad.ir import Ops, PatternMatcher, UOp, UPat
 from plygrad.ir.shape import is_symbolic
+from plygrad.scheduler.allreduce import lower_collectives
 
 _ANY = UPat.var("x")
 
@@ -53,5 +54,5 @@ cleanup: Final = PatternMatcher([
     (UPat(Ops.CONTIGUOUS, src=(UPat(Ops.CONTIGUOUS, name="inner"),), name="outer"), _contiguous_of_contiguous),
 ], name="tensor_cleanup")
 
-# the passes run on a tensor SINK before fusion, in this order
-TENSOR_PASSES: Final[list[PatternMatcher]] = [cleanup]
+# the passes run on a tensor SINK before fusion, in this order: collectives become copies and ALU ops first
+TENSOR_PASSES: Final[list[PatternMatcher]] = [lower_collectives, cleanup]
