@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Final, TypeAlias
 
 from plygrad.frontend import blocked, view_write
-from plygrad.frontend.gradient_marks import substitute_keeping_marks, wants_contiguous_gradient
+from plygrad.frontend.gradient_marks import custom_gradient, substitute_keeping_marks, wants_contiguous_gradient
 from plygrad.frontend.lazy import LazyTensor, const_uop, default_device, is_gradient_stop, movement, shape_of
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.weaklist import WeakList
@@ -353,14 +353,18 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: Collection[UOp]) -> dic
         g = grads.get(node)
         if g is None or not node.src or not any(s in reaches for s in node.src):
             continue
-        rule = GRADIENT_RULES.get(node.op)
-        if rule is None:
-            raise NotImplementedError(f"autograd: no gradient rule for {node.op.name} ({node.dtype.name}); "
-                                      "detach() the input of this op if it needs no gradient")
-        src_grads = rule(g, node)
-        if len(src_grads) < len(node.src):  # a view's symbolic sizes (extra sources) get no gradient
-            src_grads = (*src_grads, *(None,) * (len(node.src) - len(src_grads)))
-        for src, src_grad in zip(node.src, src_grads, strict=True):
+        custom = custom_gradient(node)
+        if custom is not None:  # gradient_marks.custom_gradient_mark: straight to the operands, not through the graph
+            srcs, src_grads = custom[0], custom[1](g, custom[0])
+        else:
+            rule = GRADIENT_RULES.get(node.op)
+            if rule is None:
+                raise NotImplementedError(f"autograd: no gradient rule for {node.op.name} ({node.dtype.name}); "
+                                          "detach() the input of this op if it needs no gradient")
+            srcs, src_grads = node.src, rule(g, node)
+        if len(src_grads) < len(srcs):  # a view's symbolic sizes (extra sources) get no gradient
+            src_grads = (*src_grads, *(None,) * (len(srcs) - len(src_grads)))
+        for src, src_grad in zip(srcs, src_grads, strict=True):
             if src_grad is None or src not in reaches:
                 continue
             found = grads.get(src)
