@@ -5,7 +5,7 @@ loops (a new axis id), `r_inner` keeps the id and the REDUCE type, so every tile
 then K-block 1, ..., reusing each block's panel from the cache. Between blocks the running value lives in the
 output: two gated stores (the partial, and the kernel's value in the last block), the epilogue moved inside the
 second's IF by the linearizer. Each output sees the plain loop's updates in the plain order, so BLOCK never
-changes a result. `lower_blocked` runs with the reduce lowering (expand.py); `check_block` raises OptError where
+changes a result. `lower_blocked` runs with the reduce lowering (reduce.py); `check_block` raises OptError where
 the output cannot hold the partial value. docs/codegen.md §2.2, "BLOCK, exactly".
 """
 

@@ -143,7 +143,7 @@ def _upcast_amount(size: int, reduction: bool) -> int:
 
 
 def reduce_lanes(kernel: UOp, axis: UOp, target: Target) -> int:
-    """The vector width to UNROLL reduce axis `axis` by so that expand.py computes its values as vector lanes: a
+    """The vector width to UNROLL reduce axis `axis` by so that reduce.py computes its values as vector lanes: a
     MAX (a vector accumulator, exact in any order) or a reduction whose value calls a vector math op
     (`VectorForms.math`: softmax's exponentials, added lane by lane in order), when every load it makes along
     `axis` is contiguous and ungated by it; 0 otherwise."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from plygrad.codegen.errors import CodegenError
-from plygrad.codegen.expand import RegSlots, expand_upcast, lower_reduce, unshare_reduce_ranges
+from plygrad.codegen.expand import expand_upcast
 from plygrad.codegen.gates import simplify_rules
 from plygrad.codegen.gather import gathers_to_loads
 from plygrad.codegen.gpu import LaunchContext, gpu_dims, group_reduce, shared_output_ranges
@@ -24,10 +24,11 @@ from plygrad.codegen.linearize import linearize
 from plygrad.codegen.merge import merge_axes
 from plygrad.codegen.opts import apply_opts
 from plygrad.codegen.pack import pack_panels
+from plygrad.codegen.reduce import RegSlots, lower_reduce, unshare_reduce_ranges
 from plygrad.codegen.renderer import KernelSource, get_renderer
 from plygrad.codegen.scope import range_size
 from plygrad.codegen.split import split_ranges
-from plygrad.codegen.tensor_core import fuse_accumulators
+from plygrad.codegen.tensor_core import fuse_wmma
 from plygrad.codegen.transpose import transpose_gathers
 from plygrad.ir import (
     AxisType,
@@ -145,7 +146,7 @@ PASSES: Final[list[tuple[str, Callable[[Lowering], Lowering]]]] = [
     ("expand_upcast", Rewrite(expand_upcast, ctx=lambda kernel, target: target)),
     ("group_reduce", Rewrite(group_reduce)),
     ("lower_reduce", Rewrite(lower_reduce, ctx=lambda kernel, target: RegSlots(target=target))),
-    ("fuse_wmma", Rewrite(fuse_accumulators)),
+    ("fuse_wmma", Rewrite(fuse_wmma)),
     ("pack_panels", Rewrite(pack_panels, with_target=True)),
     ("transpose_gathers", Rewrite(transpose_gathers, with_target=True)),
     ("simplify_lowered", Rewrite(simplify_rules)),

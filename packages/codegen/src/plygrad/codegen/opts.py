@@ -16,7 +16,7 @@ from typing import Final
 
 from plygrad.codegen.block import check_block
 from plygrad.codegen.errors import OptError
-from plygrad.codegen.expand import unshare_reduce_ranges
+from plygrad.codegen.reduce import unshare_reduce_ranges
 from plygrad.codegen.tensor_core import apply_tensor_core
 from plygrad.ir import (
     AxisType,

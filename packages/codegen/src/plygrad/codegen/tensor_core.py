@@ -4,7 +4,7 @@ A tensor core (`TensorCore`, one of `Target.tensor_cores`) computes one D = A @ 
 together, each lane holding the elements (fragments) the instruction fixes; `LAYOUTS` gives each `FragmentLayout`,
 keyed by `(dims, threads)`: NVIDIA's mma.sync m16n8k16, AMD's RDNA3 WMMA and CDNA MFMA. `apply_tensor_core` splits
 M, N and K into tiles plus a LOCAL `lane` range and rewrites the reduction as a WMMA over VECTORIZEd fragments with
-four scalar REDUCE accumulators, so every later pass handles them unchanged; `fuse_accumulators` (after
+four scalar REDUCE accumulators, so every later pass handles them unchanged; `fuse_wmma` (after
 lower_reduce) makes the instruction accumulate in place. What fits (else `OptError`), the fragment tables and how
 it is checked without a GPU: docs/codegen.md §5.1 (mma.sync) and §5.3 (AMD).
 """
@@ -252,7 +252,7 @@ def _zero_accumulator(wmma: UOp) -> bool:
     return acc.op is Ops.VECTORIZE and all(s.op is Ops.CONST and s.arg == 0 for s in acc.src)
 
 
-def fuse_accumulators(sink: UOp) -> UOp:
+def fuse_wmma(sink: UOp) -> UOp:
     """`x_j + GEP(WMMA(a, b, 0), j)` for every lane j of one WMMA becomes `GEP(WMMA(a, b, VECTORIZE(x)), j)`:
     D = A @ B + C with the accumulators as C, instead of a product tile added lane by lane (module docstring).
 
