@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import numpy as np
 
-from plygrad.frontend import core, creation, indexing, setitem
+from plygrad.frontend import core, creation, embedding_grad, indexing, setitem
 from plygrad.frontend.errors import ArgumentValueError
+from plygrad.frontend.gradient_marks import custom_gradient_mark
 from plygrad.frontend.lazy import LazyTensor, Scalar, broadcast_uop, const_uop, is_tensor, movement
 from plygrad.ir import DTypeError, Ops, ShapeError, UOp, broadcast_shapes, dtypes, result_dtype
 
@@ -295,7 +296,8 @@ def masked_select(x: Tensor, mask: LazyTensor, size: int | None = None, fill_val
 def embedding_rows(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
     """Row `idx` of `weight` (vocab, embed) for each integer index, zeros for an index outside 0..vocab-1
     (`nn.Embedding`). A one-hot comparison against 0..vocab-1 selects the row; codegen turns the selection into
-    a load of that row (codegen/gather.py), and its gradient (a where) scatters into exactly the rows looked up.
+    a load of that row (codegen/gather.py). The gradient is not autograd's through the selection (vocab times
+    the work) but a scatter-add of the rows (embedding_grad.py), through a custom-gradient mark.
 
     Built as one chain of nodes in one Tensor: the graph `_embedding_rows_by_tensors` builds through ~13 Tensors
     per call, which for a model's token lookup cost more than the kernel. Not under no_grad, where the op-by-op
@@ -341,10 +343,22 @@ def _embedding_rows_uop(weight: Tensor, idx: Tensor, vocab: int) -> UOp:
     # indexing.one_hot_sum(chosen, (-2,)), then .cast(weight.dtype)
     axis = len(shape) - 2
     rows = UOp(Ops.REDUCE, value_dtype, (chosen,), (Ops.ADD, (axis,)))
-    return movement(rows, Ops.RESHAPE, tuple(n for i, n in enumerate(shape) if i != axis)).cast(weight.dtype)
+    rows = movement(rows, Ops.RESHAPE, tuple(n for i, n in enumerate(shape) if i != axis)).cast(weight.dtype)
+    return _scatter_gradient(weight, idx, vocab, rows)
+
+
+def _scatter_gradient(weight: Tensor, idx: Tensor, vocab: int, rows: UOp) -> UOp:
+    """`rows` marked so that the weight's gradient is embedding_grad's scatter-add of the rows' gradient."""
+    cls, device = type(weight), weight.device
+
+    def rule(g: UOp, operands: tuple[UOp, ...]) -> tuple[UOp | None, ...]:
+        return embedding_grad.rows_gradient(cls, device, g, operands[1], vocab), None
+
+    return custom_gradient_mark(rows, (weight.uop, idx.uop), rule)
 
 
 def _embedding_rows_by_tensors(weight: Tensor, idx: Tensor, vocab: int) -> Tensor:
     """`embedding_rows` op by op through Tensors: the reference its graph is tested against."""
     hit = idx.unsqueeze(-1).eq(creation.arange(type(idx), vocab, device=idx.device)).unsqueeze(-1)
-    return indexing.one_hot_sum(hit.where(weight, 0.0), (-2,)).cast(weight.dtype)
+    rows = indexing.one_hot_sum(hit.where(weight, 0.0), (-2,)).cast(weight.dtype)
+    return rows._new(_scatter_gradient(weight, idx, vocab, rows.uop))
