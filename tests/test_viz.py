@@ -179,3 +179,47 @@ def test_a_minilm_forward_report_opens_within_5_seconds(tmp_path: Path) -> None:
     assert state.ready and state.errors == ""
     assert state.rows["launch-table"] == len(plygrad.viz.load(tmp_path / "trace.json.gz").launches) > 50
     assert seconds <= 5.0, f"the MiniLM report took {seconds:.1f} s to load and render"
+
+
+def _three_kernels(device: str) -> list[Tensor]:
+    a = Tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device=device)
+    b = (a * 0.5 + 1).realize()
+    c = b.exp().sum(axis=1).realize()
+    d = (a @ a.T).realize()
+    return [b, c, d]
+
+
+def test_check_finds_the_kernel_a_backend_made_wrong(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from viz_corrupt_backend import BADCPU, CORRUPT_PREFIX
+
+    from plygrad.runtime.discovery import BACKENDS, installed
+    from plygrad.viz.__main__ import main
+    from plygrad.viz.check import check
+
+    with installed(BACKENDS, "BADCPU", BADCPU):
+        with plygrad.viz.record(tmp_path / "bad", check=True, quiet=True):
+            _, c, _ = _three_kernels("BADCPU")
+        got = c.numpy()
+    expected = np.exp(np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5 + 1).sum(axis=1)
+    assert got[0] == pytest.approx(expected[0] + 1, rel=1e-5), "the backend did corrupt the output"
+    loaded = plygrad.viz.load(tmp_path / "bad" / "trace.json.gz")
+    result = check(loaded)
+    assert result.mismatch is not None and result.skipped == []
+    bad = result.mismatch
+    assert loaded.kernels[loaded.launches[bad.launch][0]]["name"].startswith(CORRUPT_PREFIX)
+    assert bad.launch == 1 and result.checked == 2, "the first kernel agrees; the second is named"
+    assert (bad.param, bad.index, bad.differing) == (0, 0, 1)
+    assert bad.got == pytest.approx(bad.expected + 1, rel=1e-5)
+    line = _three_kernels.__code__.co_firstlineno + 3
+    assert bad.site == f"{__file__}:{line}", "the user's line that ran it"
+    assert main([str(tmp_path / "bad" / "trace.json.gz"), "--check"]) == 1
+    assert f"MISMATCH: launch 1 of kernel {bad.kernel!r}" in capsys.readouterr().out
+
+
+def test_check_passes_a_correct_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from plygrad.viz.__main__ import main
+
+    with plygrad.viz.record(tmp_path, check=True, quiet=True):
+        _three_kernels("CPU")
+    assert main([str(tmp_path / "trace.json.gz"), "--check"]) == 0
+    assert "all 3 checked launches agree" in capsys.readouterr().out

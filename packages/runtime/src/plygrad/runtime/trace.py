@@ -48,6 +48,9 @@ class Launchable(Protocol):
     @property
     def program(self) -> Any: ...
 
+    @property
+    def var_names(self) -> tuple[str, ...]: ...
+
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
@@ -138,6 +141,7 @@ class Recorder:
             "global_size": list(info.global_size), "local_size": None if info.local_size is None
             else list(info.local_size), "ops": info.ops, "mem": info.mem,
             "params": [[p.index, p.dtype.name, p.size, p.writable] for p in info.params],
+            "vars": list(loaded.var_names),
         })
         self._held.append(loaded)
         index = self._kernel_of[id(loaded)] = len(self.kernels) - 1
