@@ -174,6 +174,13 @@ SCHEDULES: list[tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = [
      lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=4, eta_min=0.01)),
     ("LambdaLR", lambda o: optim.LambdaLR(o, lambda e: 1 / (e + 1)),
      lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: 1 / (e + 1))),
+    ("LinearLR", lambda o: optim.LinearLR(o, start_factor=0.25, end_factor=0.9, total_iters=6),
+     lambda o: torch.optim.lr_scheduler.LinearLR(o, start_factor=0.25, end_factor=0.9, total_iters=6)),
+    ("SequentialLR-warmup-cosine", lambda o: optim.SequentialLR(
+        o, [optim.LinearLR(o, 0.1, total_iters=3), optim.CosineAnnealingLR(o, T_max=5, eta_min=0.01)], [3]),
+     lambda o: torch.optim.lr_scheduler.SequentialLR(o, [
+         torch.optim.lr_scheduler.LinearLR(o, 0.1, total_iters=3),
+         torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=5, eta_min=0.01)], [3])),
     ("OneCycleLR", lambda o: optim.OneCycleLR(o, max_lr=1.0, total_steps=10),
      lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=1.0, total_steps=10, cycle_momentum=False)),
     ("OneCycleLR-linear-3phase", lambda o: optim.OneCycleLR(o, max_lr=0.5, epochs=2, steps_per_epoch=5,

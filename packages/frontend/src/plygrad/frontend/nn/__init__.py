@@ -25,7 +25,7 @@ from plygrad.frontend.reduce import shifted_mean
 from plygrad.frontend.tensor import Tensor
 from plygrad.ir import DTypeError, ShapeError, dtypes
 
-from . import optim, state
+from . import optim, state, utils
 
 __all__ = [
     "BatchNorm",
@@ -46,6 +46,7 @@ __all__ = [
     "RMSNorm",
     "optim",
     "state",
+    "utils",
 ]
 
 

@@ -24,9 +24,11 @@ from plygrad.frontend.nn.schedules import (
     CosineAnnealingLR,
     ExponentialLR,
     LambdaLR,
+    LinearLR,
     LRScheduler,
     MultiStepLR,
     OneCycleLR,
+    SequentialLR,
     StepLR,
 )
 from plygrad.frontend.tensor import Tensor
@@ -42,11 +44,13 @@ __all__ = [
     "ExponentialLR",
     "LRScheduler",
     "LambdaLR",
+    "LinearLR",
     "MultiStepLR",
     "Muon",
     "OneCycleLR",
     "Optimizer",
     "OptimizerGroup",
+    "SequentialLR",
     "StepLR",
 ]
 

@@ -32,9 +32,10 @@ class LRScheduler:
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
         self.optimizer = optimizer
         self.members = _members(optimizer)
-        if last_epoch == -1:
+        if last_epoch == -1:  # the first schedule of an optimizer sets its initial rate (PyTorch's setdefault)
             for o in self.members:
-                o.initial_lr = float(o.lr.item())
+                if o.initial_lr is None:
+                    o.initial_lr = float(o.lr.item())
         initial = [o.initial_lr for o in self.members]
         if any(lr is None for lr in initial):
             raise ValueError(f"{type(self).__name__}: last_epoch={last_epoch} resumes a schedule, but the optimizer "
@@ -125,6 +126,58 @@ class CosineAnnealingLR(LRScheduler):
     def get_lr(self) -> list[float]:
         cosine = (1 + math.cos(math.pi * self.last_epoch / self.T_max)) / 2
         return [self.eta_min + (base - self.eta_min) * cosine for base in self.base_lrs]
+
+
+class LinearLR(LRScheduler):
+    """lr = base_lr * factor, the factor going linearly from start_factor to end_factor over total_iters epochs and
+    staying there (PyTorch's LinearLR; a warmup with the defaults' shape)."""
+
+    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
+                 total_iters: int = 5, last_epoch: int = -1) -> None:
+        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
+            raise ValueError(f"LinearLR: start_factor ({start_factor}) must be in (0, 1] and end_factor "
+                             f"({end_factor}) in [0, 1]")
+        if total_iters <= 0:
+            raise ValueError(f"LinearLR: total_iters must be a positive int, got {total_iters}")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        done = min(self.last_epoch, self.total_iters) / self.total_iters
+        factor = self.start_factor + (self.end_factor - self.start_factor) * done
+        return [base * factor for base in self.base_lrs]
+
+
+class SequentialLR(LRScheduler):
+    """One schedule after another (PyTorch's SequentialLR): `schedulers[i]` drives epochs from `milestones[i - 1]`
+    on, counting its own epochs from 0 there. Warmup then cosine:
+    `SequentialLR(opt, [LinearLR(opt, 0.01, total_iters=w), CosineAnnealingLR(opt, T_max=n - w)], [w])`."""
+
+    def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler], milestones: Sequence[int],
+                 last_epoch: int = -1) -> None:
+        if not schedulers:
+            raise ValueError("SequentialLR: needs at least one scheduler")
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError(f"SequentialLR: {len(schedulers)} schedulers need {len(schedulers) - 1} milestones, "
+                             f"got {len(milestones)}")
+        if list(milestones) != sorted(milestones):
+            raise ValueError(f"SequentialLR: milestones {list(milestones)} must be increasing")
+        for i, sched in enumerate(schedulers):
+            if sched.optimizer is not optimizer:
+                raise ValueError(f"SequentialLR: scheduler {i} ({type(sched).__name__}) drives another optimizer")
+        self.schedulers, self.milestones = list(schedulers), list(milestones)
+        # not LRScheduler.__init__: the schedulers made above already moved the rate away from the initial one
+        self.optimizer, self.members = optimizer, _members(optimizer)
+        self.base_lrs = list(self.schedulers[0].base_lrs)
+        self.last_epoch = last_epoch
+        self._last_lr = []
+        self.step()
+
+    def get_lr(self) -> list[float]:
+        index = bisect.bisect_right(self.milestones, self.last_epoch)
+        sched = self.schedulers[index]
+        sched.last_epoch = self.last_epoch - (self.milestones[index - 1] if index else 0)
+        return sched.get_lr()
 
 
 class OneCycleLR(LRScheduler):
