@@ -1,19 +1,12 @@
 """ALLREDUCE lowered to what the runtime already runs: COPYs between devices and elementwise kernels.
 
-An `ALLREDUCE(x_0, ..., x_{n-1})` with argument `(op, device)` is the element-wise `op` over one tensor per device,
-wanted on `device` (docs/ir.md). The frontend makes one such node per device that wants the result, all over the
-same sources, so the lowerings below are written per result device but built from hash-consed nodes: the partial
-sums every result shares are one node, computed once.
-
-Two algorithms, chosen by a rule (`choose`), as tinygrad and NCCL do:
-- **naive**: every device copies every other device's tensor and reduces them all itself; n·(n-1) copies of the
-  whole tensor, fine for 2 devices and small tensors.
-- **ring**: the flattened tensor is cut into n chunks; chunk c travels the ring from device c, each device adding
-  its own piece (reduce-scatter), and the reduced chunk then travels on to every other device (all-gather):
-  2·(n-1) copies of 1/n of the tensor per device, what pays for more than 2 devices and large tensors.
-
-Every result device reduces in the same order (device 0's tensor first, or the ring's fixed order), so the results
-are bitwise equal on every device: replicated parameters updated with them stay replicas.
+`ALLREDUCE(x_0, ..., x_{n-1})` with argument `(op, device)` is the element-wise `op` over one tensor per device,
+wanted on `device` (docs/ir.md §4.4). The frontend makes one per result device over the same sources; the lowerings
+are written per result device from hash-consed nodes, so partial sums the results share are computed once.
+Two algorithms, chosen by `choose` as tinygrad does: **naive** (every device copies every other's tensor: fine for
+2 devices or small tensors) and **ring** (reduce-scatter of n chunks around the ring, then all-gather: 2(n-1)
+copies of 1/n of the tensor per device). Every result device reduces in one order, so the results are bitwise
+equal on every device and replicated parameters updated with them stay replicas.
 """
 
 from __future__ import annotations
