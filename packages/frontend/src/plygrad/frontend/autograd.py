@@ -191,10 +191,13 @@ def _reshape(x: UOp, shape: tuple[int, ...]) -> UOp:
 
 
 def _device_of(node: UOp) -> str | None:
-    """The device a tensor node lives on: its nearest COPY's target or BUFFER's device (None for constants)."""
+    """The device a tensor node lives on: its nearest COPY's or ALLREDUCE's target or BUFFER's device (None for
+    constants)."""
     for n in reversed(list(node.sparents())):
         if n.op is Ops.COPY:
             return str(n.arg)
+        if n.op is Ops.ALLREDUCE:
+            return str(n.arg[1])
         if n.op is Ops.BUFFER:
             return str(n.arg.device)
     return None
@@ -295,6 +298,28 @@ def _copy(g: UOp, n: UOp) -> Grads:
     return (UOp(Ops.COPY, g.dtype, (g,), device if device is not None else default_device()),)
 
 
+def _allreduce(g: UOp, n: UOp) -> Grads:
+    """Each source gets the result's gradient on its own device: of a sum as it is, of a max only where the source
+    holds the maximum (a value tied on several devices gives each the whole gradient), of a product times the
+    product of the others (result / source, so a zero source gets NaN). Every device's copy of the result is its own
+    ALLREDUCE node, so the gradients of all of them add up at each source, as the sum rule wants."""
+    op, target = n.arg
+
+    def on(x: UOp, device: str | None) -> UOp:
+        return x if device is None or device == target else UOp(Ops.COPY, x.dtype, (x,), device)
+
+    grads: list[UOp | None] = []
+    for src in n.src:
+        device = _device_of(src)
+        if op is Ops.MAX:
+            grads.append(_where(_alu(Ops.CMPEQ, src, on(n, device)), on(g, device), _const(src, 0.0)))
+        elif op is Ops.MUL:
+            grads.append(_alu(Ops.FDIV, on(_alu(Ops.MUL, g, n), device), src))
+        else:
+            grads.append(on(g, device))
+    return tuple(grads)
+
+
 def _none(count: int) -> Rule:
     return lambda g, n: (None,) * count
 
@@ -326,6 +351,7 @@ GRADIENT_RULES: Final[dict[Ops, Rule]] = {
     Ops.FLIP: lambda g, n: (movement(g, Ops.FLIP, n.arg),),
     Ops.CONTIGUOUS: lambda g, n: (g,),
     Ops.COPY: _copy,
+    Ops.ALLREDUCE: _allreduce,
     Ops.ASSIGN: lambda g, n: (None, g),  # the old contents are overwritten: the gradient goes to the value
     **{op: _none(2) for op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.IDIV, Ops.MOD,
                                Ops.SHL, Ops.SHR, Ops.THREEFRY)},

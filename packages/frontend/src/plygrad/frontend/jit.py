@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from plygrad.frontend import random
 from plygrad.frontend.lazy import buffer_view
+from plygrad.frontend.multi import MultiTensor
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.symbolic import bound_shape
 from plygrad.frontend.tensor import Tensor
@@ -50,8 +51,12 @@ class JitArgumentError(JitError, ValueError):
 
 
 def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    """Everything inside `value` but lists, tuples and dicts (which are searched), with a path naming it."""
-    if isinstance(value, (list, tuple)):
+    """Everything inside `value` but lists, tuples and dicts (which are searched), with a path naming it; a
+    MultiTensor is its shards."""
+    if isinstance(value, MultiTensor):
+        for i, shard in enumerate(value.shards):
+            yield f"{path}.shards[{i}]", shard
+    elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             yield from _leaves(item, f"{path}[{i}]")
     elif isinstance(value, dict):
@@ -91,7 +96,7 @@ def _tensor_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[st
 
 def _frozen_values(value: Any, path: str) -> Iterator[tuple[str, Any]]:
     """Every returned value that is neither a Tensor, None, nor a list/tuple/dict of those (it would be frozen)."""
-    if value is None or isinstance(value, Tensor):
+    if value is None or isinstance(value, (Tensor, MultiTensor)):
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
@@ -119,6 +124,8 @@ def _rebuild(value: Any, outputs: Iterator[Tensor]) -> Any:
     """`value` with each Tensor replaced by the next of `outputs` (lists, tuples and dicts are rebuilt)."""
     if isinstance(value, Tensor):
         return next(outputs)
+    if isinstance(value, MultiTensor):
+        return MultiTensor([next(outputs) for _ in value.shards], value.axis)
     if isinstance(value, list):
         return [_rebuild(v, outputs) for v in value]
     if isinstance(value, tuple):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -65,6 +65,9 @@ from plygrad.ir import (
 from plygrad.ir.shape import is_symbolic
 from plygrad.runtime import Buffer
 
+if TYPE_CHECKING:
+    from plygrad.frontend.multi import MultiTensor
+
 
 class Tensor(LazyTensor):
     """A lazy n-dimensional array. `Tensor([[1, 2], [3, 4]])`, `Tensor(np_array)`, `Tensor.rand(3, 4)`."""
@@ -114,8 +117,16 @@ class Tensor(LazyTensor):
             return disk.write(self, value)
         return super().assign(value)
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on `device` (a COPY when it is another device; to or from DISK, disk.py)."""
+    @overload
+    def to(self, device: str) -> Tensor: ...
+    @overload
+    def to(self, device: tuple[str, ...] | list[str]) -> MultiTensor: ...
+
+    def to(self, device: str | tuple[str, ...] | list[str]) -> Tensor | MultiTensor:
+        """This tensor on `device` (a COPY when it is another device; to or from DISK, disk.py). A tuple of devices
+        gives a MultiTensor holding a full copy on each (replicated, multi.py)."""
+        if isinstance(device, (tuple, list)):
+            return self.shard(tuple(device), None)
         target = resolve_device(device)
         if target == self.device:
             return self
@@ -123,6 +134,19 @@ class Tensor(LazyTensor):
             return disk.to_device(self, target)
         uop, requires_grad = self._derived_grad(UOp(Ops.COPY, self.dtype, (self.uop,), target), self)
         return Tensor._make(uop, target, self.inputs, requires_grad)
+
+    def shard(self, devices: tuple[str, ...], axis: int | None = None) -> MultiTensor:
+        """A MultiTensor (multi.py): this tensor split along `axis` over `devices` in pieces of ceil(size / n),
+        the last one smaller (tinygrad's split), or copied whole to each device when axis is None."""
+        from plygrad.frontend import multi  # imports this module
+
+        return multi.shard(self, devices, axis)
+
+    def shard_like(self, like: MultiTensor | Tensor) -> MultiTensor | Tensor:
+        """This tensor laid out like `like`: a MultiTensor on its devices and axis, or a Tensor on its device."""
+        from plygrad.frontend import multi  # imports this module
+
+        return multi.shard_like(self, like)
 
     def _buffer(self) -> Buffer:
         if disk.is_disk(self.device):  # read through a copy: DISK computes nothing, not even a strided view

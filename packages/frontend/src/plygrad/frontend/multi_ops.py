@@ -1,0 +1,242 @@
+"""MultiTensor's movement ops, matmul, composite reductions and per-device elementwise ops (multi.py: the class).
+
+A movement op keeps the split when each device can do its part alone: a reshape that keeps the split axis whole
+(or splits it, or merges it with the axes after it, at shard boundaries), a permute, an expand, pads and flips of
+other axes. A view that would move elements between devices raises ShapeError naming both shapes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from plygrad.ir import ShapeError
+
+if TYPE_CHECKING:
+    from plygrad.frontend.multi import MultiTensor
+
+
+def _shape_arg(shape: Sequence[Any], numel: int, op: str) -> tuple[int, ...]:
+    dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    if sum(1 for d in dims if d == -1) > 1:
+        raise ShapeError(f"{op}: only one size may be -1, got {dims}")
+    if -1 in dims:
+        rest = math.prod(d for d in dims if d != -1)
+        dims = tuple(numel // rest if rest and d == -1 else d for d in dims)
+    return tuple(int(d) for d in dims)
+
+
+def reshape(m: MultiTensor, *shape: Any) -> MultiTensor:
+    """Each device reshapes its piece: the split axis must stay where the elements before it are the same, and
+    every shard boundary must fall on a boundary of the new split axis."""
+    new = _shape_arg(shape, m.numel(), "reshape")
+    if math.prod(new) != m.numel():
+        raise ShapeError(f"reshape: cannot view a tensor of shape {m.shape} as {new}")
+    if new == m.shape:
+        return m
+    if m.axis is None or m.bounds is None:
+        return m._map(lambda s: s.reshape(new))
+    old, k = m.shape, m.axis
+    outer, inner = math.prod(old[:k]), math.prod(old[k + 1:])
+    for j in range(len(new)):
+        if math.prod(new[:j]) != outer:
+            continue
+        tail = math.prod(new[j + 1:])
+        if tail == 0 or any((a * inner) % tail or (b * inner) % tail for a, b in m.bounds):
+            continue
+        pieces = [s.reshape((*new[:j], (b - a) * inner // tail, *new[j + 1:]))
+                  for s, (a, b) in zip(m.shards, m.bounds, strict=True)]
+        return type(m)(pieces, j)
+    raise ShapeError(f"reshape of a tensor of shape {old} split along axis {k} (pieces {list(m.bounds)}) to {new} "
+                     "would move elements between devices; reshape on one device first (.to(device)), or shard "
+                     "along another axis")
+
+
+def view(m: MultiTensor, *shape: Any) -> MultiTensor:
+    return reshape(m, *shape)
+
+
+def permute(m: MultiTensor, *order: Any) -> MultiTensor:
+    perm = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
+    perm = tuple(m.shards[0]._axis(a, "permute") for a in perm)
+    if sorted(perm) != list(range(m.ndim)):
+        raise ShapeError(f"permute: {perm} is not an order of the {m.ndim} axes of shape {m.shape}")
+    axis = None if m.axis is None else perm.index(m.axis)
+    return m._map(lambda s: s.permute(perm), axis)
+
+
+def transpose(m: MultiTensor, dim0: int = 1, dim1: int = 0) -> MultiTensor:
+    a, b = m.shards[0]._axis(dim0, "transpose"), m.shards[0]._axis(dim1, "transpose")
+    order = list(range(m.ndim))
+    order[a], order[b] = order[b], order[a]
+    return permute(m, tuple(order))
+
+
+def expand(m: MultiTensor, *shape: Any) -> MultiTensor:
+    dims = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+    shift = len(dims) - m.ndim
+    full = tuple(m.shape[k - shift] if d == -1 else int(d) for k, d in enumerate(dims))
+    if m.axis is None:
+        return m._map(lambda s: s.expand(full))
+    axis = m.axis + shift
+    if full[axis] != m.shape[m.axis]:
+        raise ShapeError(f"expand of a tensor of shape {m.shape} split along axis {m.axis} to {full}: the split axis "
+                         "cannot change size")
+    return type(m)([s.expand(tuple(s.shape[k - shift] if k == axis else d for k, d in enumerate(full)))
+                    for s in m.shards], axis)
+
+
+def flatten(m: MultiTensor, start_dim: int = 0, end_dim: int = -1) -> MultiTensor:
+    if m.ndim == 0:
+        return reshape(m, (1,))
+    a, b = m.shards[0]._axis(start_dim, "flatten"), m.shards[0]._axis(end_dim, "flatten")
+    return reshape(m, (*m.shape[:a], math.prod(m.shape[a:b + 1]), *m.shape[b + 1:]))
+
+
+def unsqueeze(m: MultiTensor, dim: int) -> MultiTensor:
+    at = dim + m.ndim + 1 if dim < 0 else dim
+    if not 0 <= at <= m.ndim:
+        raise ShapeError(f"unsqueeze: dim {dim} is out of range for shape {m.shape}")
+    return reshape(m, (*m.shape[:at], 1, *m.shape[at:]))
+
+
+def squeeze(m: MultiTensor, dim: int | None = None) -> MultiTensor:
+    if dim is None:
+        return reshape(m, tuple(n for n in m.shape if n != 1))
+    at = m.shards[0]._axis(dim, "squeeze")
+    return m if m.shape[at] != 1 else reshape(m, (*m.shape[:at], *m.shape[at + 1:]))
+
+
+def _off_split(m: MultiTensor, op: str, touched: Sequence[int]) -> None:
+    if m.axis is not None and m.axis in touched:
+        raise ShapeError(f"{op} of a tensor of shape {m.shape} along its split axis {m.axis} would move elements "
+                         "between devices; gather it first (.to(device)) or shard along another axis")
+
+
+def pad(m: MultiTensor, padding: Sequence[tuple[int, int] | None], value: float = 0.0) -> MultiTensor:
+    """Pads of other axes than the split one, per device (`padding`: one (before, after) or None per axis)."""
+    _off_split(m, "pad", [k for k, p in enumerate(padding) if p is not None and tuple(p) != (0, 0)])
+    return m._map(lambda s: s.pad(tuple(padding), value=value))
+
+
+def shrink(m: MultiTensor, arg: Sequence[tuple[int, int] | None]) -> MultiTensor:
+    touched = [k for k, r in enumerate(arg) if r is not None and tuple(r) != (0, m.shape[k])]
+    _off_split(m, "shrink", touched)
+    return m._map(lambda s: s.shrink(tuple(None if k == m.axis else r for k, r in enumerate(arg))))
+
+
+def flip(m: MultiTensor, axis: int | Sequence[int]) -> MultiTensor:
+    axes = m.shards[0]._axes(axis, "flip")
+    _off_split(m, "flip", axes)
+    return m._map(lambda s: s.flip(axes))
+
+
+# ---- matmul and composite reductions ------------------------------------------------------------------------
+def matmul(self: MultiTensor, other: MultiTensor) -> MultiTensor:
+    """`self @ other` as a broadcast product summed over the shared axis, so every layout pair works: split
+    along a batch or output axis it stays split, split along the summed axis it is an ALLREDUCE."""
+    a = self.unsqueeze(0) if self.ndim == 1 else self
+    b = other.unsqueeze(1) if other.ndim == 1 else other
+    if a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+        raise ShapeError(f"matmul: shapes {self.shape} and {other.shape} do not match in the summed axis")
+    left = a.reshape((*a.shape[:-1], 1, a.shape[-1]))
+    right = b.transpose(-1, -2)
+    right = right.reshape((*right.shape[:-2], 1, *right.shape[-2:]))
+    out = left.mul(right).sum(-1)
+    if self.ndim == 1:
+        out = out.squeeze(-2)
+    if other.ndim == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+def linear(self: MultiTensor, weight: MultiTensor, bias: MultiTensor | None = None) -> MultiTensor:
+    out = self.mul(weight) if weight.ndim == 1 else self.matmul(weight)
+    return out if bias is None else out.add(bias)
+
+
+def dot(self: MultiTensor, other: MultiTensor) -> MultiTensor:
+    return self.matmul(other)
+
+
+def conv2d(self: MultiTensor, weight: MultiTensor, bias: MultiTensor | None = None, groups: int = 1,
+           **kwargs: Any) -> MultiTensor:
+    """`Tensor.conv2d` on every device. A batch split (axis 0) stays split; weights split on the output channels
+    (axis 0) split the result's channels (axis 1); input and weights split alike on the input channels (axis 1)
+    give per-device partial sums and an ALLREDUCE. Other layouts are gathered first."""
+    from plygrad.frontend.multi import allreduce  # imports this module
+
+    by_channel = groups == 1 and self.axis == 1 and weight.axis == 1 and self.bounds == weight.bounds
+    if not by_channel:
+        if weight.axis not in (None, 0) or (weight.axis == 0 and self.axis is not None):
+            weight = weight._gathered()
+        if self.axis not in (None, 0) or (groups != 1 and weight.axis is not None):
+            self, weight = self._gathered(), weight._gathered()
+    if bias is not None and bias.axis is not None:
+        bias = bias._gathered()
+    if by_channel:
+        partial = [s.conv2d(w, None, groups, **kwargs) for s, w in zip(self.shards, weight.shards, strict=True)]
+        out = type(self)(allreduce(partial), None)
+        return out if bias is None else out.add(bias.reshape(bias.shape[0], *(1,) * (out.ndim - 2)))
+    axis = 1 if weight.axis == 0 else self.axis
+    biases: list[Any] = [None] * len(self.shards) if bias is None else list(bias.shards)
+    if bias is not None and weight.axis == 0 and weight.bounds is not None:
+        biases = [b.shrink(((lo, hi),)) for b, (lo, hi) in zip(biases, weight.bounds, strict=True)]
+    return type(self)([s.conv2d(w, b, groups, **kwargs)
+                       for s, w, b in zip(self.shards, weight.shards, biases, strict=True)], axis)
+
+
+def var(self: MultiTensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+        correction: int = 1) -> MultiTensor:
+    axes = self.shards[0]._axes(axis, "var")
+    count = math.prod(self.shape[a] for a in axes)
+    centered = self.sub(self.mean(axes, keepdim=True))
+    return centered.mul(centered).sum(axes, keepdim).div(max(count - correction, 0))
+
+
+def std(self: MultiTensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
+        correction: int = 1) -> MultiTensor:
+    return self.var(axis, keepdim, correction).sqrt()
+
+
+def log_softmax(self: MultiTensor, axis: int = -1) -> MultiTensor:
+    shifted = self.sub(self.max(axis, keepdim=True).detach())
+    return shifted.sub(shifted.exp().sum(axis, keepdim=True).log())
+
+
+def softmax(self: MultiTensor, axis: int = -1) -> MultiTensor:
+    e = self.sub(self.max(axis, keepdim=True).detach()).exp()
+    return e.div(e.sum(axis, keepdim=True))
+
+
+def logsumexp(self: MultiTensor, axis: int = -1, keepdim: bool = False) -> MultiTensor:
+    m = self.max(axis, keepdim=True).detach()
+    out = self.sub(m).exp().sum(axis, keepdim=True).log().add(m)
+    return out if keepdim else out.squeeze(axis)
+
+
+# ---- elementwise ops, by how they take their operands -------------------------------------------------------------
+def unary(name: str) -> Callable[..., MultiTensor]:
+    def op(self: MultiTensor, *args: Any, **kwargs: Any) -> MultiTensor:
+        return self._map(lambda s: getattr(s, name)(*args, **kwargs))
+
+    op.__name__ = name
+    op.__doc__ = f"`Tensor.{name}` on every device."
+    return op
+
+
+def binary(name: str) -> Callable[..., MultiTensor]:
+    def op(self: MultiTensor, other: Any, reverse: bool = False) -> MultiTensor:
+        if reverse:
+            return self._elementwise(name, [other], reverse=True)
+        return self._elementwise(name, [other])
+
+    op.__name__ = name
+    op.__doc__ = f"`Tensor.{name}` on every device, the operands laid out like the result."
+    return op
+
+
+def where(self: MultiTensor, x: Any, y: Any) -> MultiTensor:
+    """`self ? x : y` element by element, every device on its piece."""
+    return self._elementwise("where", [x, y])
