@@ -9,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plygrad.frontend import Tensor
+from plygrad.frontend import Tensor, nn
 from plygrad.frontend.jit import TinyJit
-from plygrad.frontend.multi import MultiTensor, allreduce, per_device, split_bounds
+from plygrad.frontend.multi import MultiTensor, allreduce, split_bounds
 from plygrad.frontend.nn import optim
 from plygrad.frontend.nn.optimizer import OptimizerGroup
+from plygrad.frontend.nn.state import get_parameters
+from plygrad.frontend.replicas import per_device, replicate
 from plygrad.ir import Ops, ShapeError
 
 D2 = ("CPU:0", "CPU:1")
@@ -70,6 +72,9 @@ def test_cross_shard_reshape_raises_naming_the_shapes() -> None:
     assert ok.reshape(2, 2, 6).axis == 0 and ok.reshape(24).axis == 0
     with pytest.raises(ShapeError, match="split axis"):
         ok.flip(0)
+    sliced = ok.shrink(((1, 3), None))  # a range across both shards: gathered, on every device
+    assert sliced.axis is None
+    np.testing.assert_array_equal(sliced.numpy(), ok.numpy()[1:3])
 
 
 def test_mixing_a_single_device_tensor_raises() -> None:
@@ -148,6 +153,36 @@ def test_data_parallel_step_matches_one_device(devices: tuple[str, ...]) -> None
     shards = [s.numpy() for s in m1.shards]
     np.testing.assert_allclose(shards[0], w1.numpy(), rtol=1e-6, atol=1e-6)
     assert all(np.array_equal(s, shards[0]) for s in shards)
+
+
+class _Net:
+    def __init__(self) -> None:
+        self.l1, self.bn, self.l2 = nn.Linear(5, 6), nn.BatchNorm(6), nn.Linear(6, 3)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self.l2(self.bn(self.l1(x)).relu())
+
+
+def test_nn_layers_on_a_replicated_model_with_synced_batchnorm() -> None:
+    """replicate() swaps a model's tensors for replicas; nn.Linear and nn.BatchNorm run unchanged on a batch split
+    over 4 devices, and BatchNorm's statistics are the whole batch's (synced), as on one device."""
+    xa = data(8, 5)
+    Tensor.manual_seed(3)
+    one = _Net()
+    Tensor.manual_seed(3)
+    multi = _Net()
+    params = replicate(multi, D4)
+    assert isinstance(multi.l1.weight, MultiTensor) and len(params) == len(get_parameters(one))
+    with Tensor.train():
+        ((one(Tensor(xa)) - 1.0) ** 2).mean().backward()
+        ((multi(Tensor(xa).shard(D4, 0)) - 1.0) ** 2).mean().backward()  # type: ignore[arg-type]
+    for t, m in zip(get_parameters(one), params, strict=True):
+        if t.grad is None:  # the running statistics, updated in place from the whole batch
+            assert m.grad is None
+            np.testing.assert_allclose(m.numpy(), t.numpy(), rtol=1e-6, atol=1e-7)
+        else:
+            assert m.grad is not None
+            np.testing.assert_allclose(m.grad.numpy(), t.grad.numpy(), rtol=1e-6, atol=1e-6)
 
 
 def test_tiny_jit_replays_a_sharded_step_without_capturing_again() -> None:

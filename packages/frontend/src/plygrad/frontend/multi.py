@@ -38,7 +38,7 @@ def allreduce(shards: Sequence[Tensor], op: Ops = Ops.ADD) -> list[Tensor]:
     return out
 
 
-def _canonical(devices: Sequence[str]) -> tuple[str, ...]:
+def canonical_devices(devices: Sequence[str]) -> tuple[str, ...]:
     if isinstance(devices, str) or not devices:
         raise ValueError(f"shard: devices must be a non-empty tuple of device names, got {devices!r}")
     found = tuple(resolve_device(d) for d in devices)
@@ -94,7 +94,7 @@ class MultiTensor:
     @staticmethod
     def from_tensor(t: Tensor, devices: Sequence[str], axis: int | None = None) -> MultiTensor:
         """`t` split along `axis` over `devices` (tinygrad's `shard`), or copied whole to each (axis None)."""
-        found = _canonical(devices)
+        found = canonical_devices(devices)
         if axis is None:
             return MultiTensor([t.to(d) for d in found], None)
         ax = t._axis(axis, "shard")
@@ -280,7 +280,7 @@ class MultiTensor:
     pad, shrink, flip, where = multi_ops.pad, multi_ops.shrink, multi_ops.flip, multi_ops.where
     matmul, linear, dot = multi_ops.matmul, multi_ops.linear, multi_ops.dot
     var, std, log_softmax, softmax = multi_ops.var, multi_ops.std, multi_ops.log_softmax, multi_ops.softmax
-    logsumexp, conv2d = multi_ops.logsumexp, multi_ops.conv2d
+    logsumexp, conv2d, batchnorm = multi_ops.logsumexp, multi_ops.conv2d, multi_ops.batchnorm
     neg = multi_ops.unary("neg")
     exp = multi_ops.unary("exp")
     exp2 = multi_ops.unary("exp2")
@@ -456,14 +456,3 @@ def shard(t: Tensor, devices: Sequence[str], axis: int | None = None) -> MultiTe
 
 def shard_like(t: Tensor, like: MultiTensor | Tensor) -> MultiTensor | Tensor:
     return _shard_like(t, like)
-
-
-def per_device(tensors: Sequence[MultiTensor]) -> list[list[Tensor]]:
-    """The shards of `tensors` grouped by device: one optimizer per device steps its own replica of every
-    parameter (`OptimizerGroup(*(SGD(group) for group in per_device(params)))`)."""
-    if not tensors:
-        return []
-    devices = tensors[0].device
-    if any(t.device != devices for t in tensors):
-        raise ValueError("per_device: the tensors are not all on the same devices")
-    return [[t.shards[i] for t in tensors] for i in range(len(devices))]

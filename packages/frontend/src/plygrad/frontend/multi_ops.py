@@ -121,9 +121,31 @@ def pad(m: MultiTensor, padding: Sequence[tuple[int, int] | None], value: float 
 
 
 def shrink(m: MultiTensor, arg: Sequence[tuple[int, int] | None]) -> MultiTensor:
-    touched = [k for k, r in enumerate(arg) if r is not None and tuple(r) != (0, m.shape[k])]
-    _off_split(m, "shrink", touched)
-    return m._map(lambda s: s.shrink(tuple(None if k == m.axis else r for k, r in enumerate(arg))))
+    """Per device along other axes than the split one. A range of the split axis is the slice itself, gathered and
+    replicated on every device (tinygrad keeps only a range that is exactly one shard split; any range works here,
+    at the cost of copies)."""
+    if len(arg) != m.ndim:
+        raise ShapeError(f"shrink of shape {m.shape} needs one (start, end) pair per axis, got {arg!r}")
+    others = tuple(None if k == m.axis else r for k, r in enumerate(arg))
+    cut = arg[m.axis] if m.axis is not None else None
+    if m.axis is None or m.bounds is None or cut is None or tuple(cut) == (0, m.shape[m.axis]):
+        return m._map(lambda s: s.shrink(others))
+    start, end = cut
+    if not 0 <= start <= end <= m.shape[m.axis]:
+        raise ShapeError(f"shrink of shape {m.shape}: range {cut} of axis {m.axis} is outside 0..{m.shape[m.axis]}")
+    pieces = []
+    for s, (a, b) in zip(m.shards, m.bounds, strict=True):
+        lo, hi = max(a, start), min(b, end)
+        if lo < hi:
+            pieces.append(s.shrink(tuple((lo - a, hi - a) if k == m.axis else r for k, r in enumerate(others))))
+    if not pieces:  # an empty range: an empty tensor on every device
+        empty = m.shards[0].shrink(tuple((0, 0) if k == m.axis else r for k, r in enumerate(others)))
+        return type(m)([empty.to(d) for d in m.device], None)
+    full = []
+    for d in m.device:
+        here = [p.to(d) for p in pieces]
+        full.append(here[0].cat(*here[1:], dim=m.axis) if len(here) > 1 else here[0])
+    return type(m)(full, None)
 
 
 def flip(m: MultiTensor, axis: int | Sequence[int]) -> MultiTensor:
@@ -185,6 +207,22 @@ def conv2d(self: MultiTensor, weight: MultiTensor, bias: MultiTensor | None = No
         biases = [b.shrink(((lo, hi),)) for b, (lo, hi) in zip(biases, weight.bounds, strict=True)]
     return type(self)([s.conv2d(w, b, groups, **kwargs)
                        for s, w, b in zip(self.shards, weight.shards, biases, strict=True)], axis)
+
+
+def batchnorm(self: MultiTensor, weight: MultiTensor | None, bias: MultiTensor | None,  # noqa: PLR0917 (Tensor's)
+              mean: MultiTensor, invstd: MultiTensor, axis: int = 1) -> MultiTensor:
+    """(x - mean) * invstd * weight + bias with per-channel statistics along `axis`: with statistics taken over a
+    batch split across devices (their means end in ALLREDUCEs), nn.BatchNorm is a synced BatchNorm."""
+    at = self.shards[0]._axis(axis, "batchnorm")
+    shape = tuple(n if k == at else 1 for k, n in enumerate(self.shape))
+
+    def per_channel(t: MultiTensor) -> MultiTensor:
+        return t.reshape(shape) if t.shape == (self.shape[at],) else t
+
+    out = self.sub(per_channel(mean)).mul(per_channel(invstd))
+    if weight is not None:
+        out = out.mul(per_channel(weight))
+    return out if bias is None else out.add(per_channel(bias))
 
 
 def var(self: MultiTensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
