@@ -45,6 +45,8 @@ def test_a_recording_sees_every_launch_of_every_schedule(fakes: None, tmp_path: 
         assert rec.runs[run][1] <= start <= end <= rec.runs[run][2], "a launch lies inside its run"
     assert rec.markers[0][1] == "second pass" and rec.runs[0][2] <= rec.markers[0][0] <= rec.runs[1][1]
     assert rec.runs[0][3].startswith(f"{__file__}:"), "a run names the user's line that started it"
+    assert [(b[2], b[3]) for b in rec.builds] == [(None, 2)], "the plan was built once, inside the first run's call"
+    assert rec.builds[0][1] <= rec.runs[0][1]
     written = json.loads(gzip.decompress((tmp_path / trace.TRACE_FILE).read_bytes()))
     assert written["format"] == trace.FORMAT and written["version"] == list(trace.VERSION)
     assert written["launches"] == rec.launches

@@ -42,6 +42,7 @@ def test_events_per_launch_marker_and_memory(tmp_path: Path) -> None:
     counters = [e["args"]["bytes"] for e in events if e["ph"] == "C"]
     assert max(counters) == 5120
     assert [e["name"] for e in events if e.get("cat") == "copy"] == ["copy DISK -> CPU"]
+    assert [(e["ts"], e["dur"]) for e in events if e.get("cat") == "build"] == [(20.0, 70.0)]
     _nest(events)
 
 

@@ -30,6 +30,11 @@ def test_the_page_fetches_nothing_and_embeds_its_data() -> None:
     assert page.count("</script>") == 2, "a kernel's source cannot end the data script"
 
 
+def test_the_kernel_view_lists_what_a_kernel_computes() -> None:
+    kernel = page_data(parse(three_kernel_trace()))["kernels"][0]
+    assert kernel["ast_ops"] == [["LOAD", 2], ["ADD", 1], ["STORE", 1]]
+
+
 def _write_trace(tmp_path: Path) -> Path:
     path = tmp_path / "trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps(three_kernel_trace()).encode()))

@@ -37,6 +37,7 @@ def test_summary() -> None:
     assert figures["launches"] == 4 and figures["kernels"] == 3 and figures["kernel_ns"] == 65_000
     assert figures["device_timed"] is False, "only one launch has a device time"
     assert figures["peak_bytes"] == {"CPU": 5120}
+    assert figures["build_ns"] == 70_000
 
 
 def test_load_reads_gzipped_and_plain_json(tmp_path: Path) -> None:
@@ -44,6 +45,14 @@ def test_load_reads_gzipped_and_plain_json(tmp_path: Path) -> None:
     (tmp_path / "t.json.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
     (tmp_path / "t.json").write_text(json.dumps(data))
     assert load(tmp_path / "t.json.gz").data == load(tmp_path / "t.json").data == data
+
+
+def test_tables_a_trace_may_lack_read_as_empty() -> None:
+    data = three_kernel_trace()
+    del data["builds"], data["contents"]
+    trace = parse(data)
+    assert trace.table("builds") == [] and trace.table("contents") == []
+    assert summary(trace)["build_ns"] == 0
 
 
 def _broken(**change: Any) -> dict[str, Any]:

@@ -69,4 +69,5 @@ def three_kernel_trace() -> dict[str, Any]:
                    [160_000, 99, "CPU", -8, None, 0]],
         "markers": [[250_000, "epoch 1"]],
         "contents": [],
+        "builds": [[20_000, 90_000, "scheduler 'default'", 3]],
     }

@@ -397,6 +397,17 @@ def read_schedule(schedule: bytes | UOp, producer: str | None = None) -> UOp:
 
 
 def _build(schedule: bytes | UOp, producer: str | None) -> ExecPlan:
+    """`_build_plan`, timed for a recording (trace.py): reading and compiling a schedule is often most of a run."""
+    rec = trace.RECORDER
+    if rec is None:
+        return _build_plan(schedule, producer)
+    start = rec.now()
+    plan = _build_plan(schedule, producer)
+    rec.build(start, producer, plan.kernel_count)
+    return plan
+
+
+def _build_plan(schedule: bytes | UOp, producer: str | None) -> ExecPlan:
     """Read, verify, bounds-check and lower `schedule`; its buffer mismatches name `producer` when it is known."""
     linear = read_schedule(schedule, producer)
     try:

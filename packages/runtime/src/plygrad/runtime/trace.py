@@ -86,8 +86,15 @@ class Recorder:
         self._held: list[object] = []  # keeps every id above from being reused by another object
         self._live: dict[int, tuple[str, int]] = {}  # buffer id -> (device, bytes) while allocated
         self._check_bytes = 0
+        self.builds: list[list[Any]] = []  # [start, end, producer, kernels]: a plan read, checked and compiled
         self._lock = threading.Lock()
-        self.current_run = -1
+        self._thread = threading.local()  # the run each thread is in (plans may run in several threads at once)
+
+    @property
+    def current_run(self) -> int:
+        """The run the calling thread is in, -1 outside any."""
+        run: int = getattr(self._thread, "run", -1)
+        return run
 
     def now(self) -> int:
         return time.perf_counter_ns() - self.t0
@@ -104,9 +111,11 @@ class Recorder:
                     self._held.append(linear)
                     self.schedules.append(self._schedule_record(linear, steps, producer))
             schedule = found
-        self.runs.append([schedule, self.now(), None, user_site(3)])
-        self.current_run = len(self.runs) - 1
-        return self.current_run
+        with self._lock:
+            self.runs.append([schedule, self.now(), None, user_site(3)])
+            run = len(self.runs) - 1
+        self._thread.run = run
+        return run
 
     def _schedule_record(self, linear: UOp, steps: Sequence[object], producer: str | None) -> dict[str, Any]:
         calls: list[int] = []  # per CALL: the kernel index it launches, -1 for a COPY
@@ -121,6 +130,11 @@ class Recorder:
 
     def end_run(self, run: int) -> None:
         self.runs[run][2] = self.now()
+        self._thread.run = -1
+
+    def build(self, start: int, producer: str | None, kernels: int) -> None:
+        """A plan built from `start` until now (decoding, bounds proofs, lowering and compiling its kernels)."""
+        self.builds.append([start, self.now(), producer, kernels])
 
     # ---- kernels and launches ---------------------------------------------------------------------------------
     def _kernel(self, loaded: Launchable, device: str) -> int:
@@ -210,7 +224,7 @@ class Recorder:
         return {"format": FORMAT, "version": list(VERSION), "started_unix": self.started_unix, "wall_ns": end,
                 "argv": list(sys.argv), "pid": os.getpid(), "schedules": self.schedules, "runs": self.runs,
                 "kernels": self.kernels, "launches": self.launches, "copies": self.copies, "memory": self.memory,
-                "markers": self.markers, "contents": self.contents}
+                "markers": self.markers, "contents": self.contents, "builds": self.builds}
 
     def write(self, folder: str | os.PathLike[str]) -> Path:
         """Write `trace.json.gz` into `folder` (made if missing); return its path."""

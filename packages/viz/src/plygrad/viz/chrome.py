@@ -1,8 +1,8 @@
 """A trace in the Chrome trace event format, which Perfetto and `chrome://tracing` open.
 
 One process per device (kernels on thread 1, copies into it on thread 2) and one for the host (each schedule run
-on thread 1): "X" complete events, "i" instant events for the user's markers, "C" counter events for each device's
-live bytes. Times are microseconds since the recording started.
+on thread 1, each plan built on thread 2): "X" complete events, "i" instant events for the user's markers, "C"
+counter events for each device's live bytes. Times are microseconds since the recording started.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, Final
 from plygrad.viz.model import Trace, launch_ns, memory
 
 HOST_PID: Final = 0
-KERNEL_TID: Final = 1
-COPY_TID: Final = 2
+KERNEL_TID: Final = 1  # on the host: schedule runs
+COPY_TID: Final = 2  # on the host: plans being built (decoded, proved, compiled)
 
 
 def _us(ns: int) -> float:
@@ -40,6 +40,9 @@ def events(trace: Trace) -> list[dict[str, Any]]:
         out.append({"name": f"schedule {schedule}" if schedule >= 0 else "replay", "cat": "run", "ph": "X",
                     "ts": _us(start), "dur": _us(end - start), "pid": HOST_PID, "tid": KERNEL_TID,
                     "args": {"producer": producer, "site": site}})
+    for start, end, producer, count in trace.table("builds"):
+        out.append({"name": "build plan", "cat": "build", "ph": "X", "ts": _us(start), "dur": _us(end - start),
+                    "pid": HOST_PID, "tid": COPY_TID, "args": {"producer": producer, "kernels": count}})
     for n, launch in enumerate(trace.launches):
         kernel = kernels[launch[0]]
         seconds = max(launch_ns(launch), 1) * 1e-9
@@ -62,7 +65,9 @@ def events(trace: Trace) -> list[dict[str, Any]]:
                     "tid": KERNEL_TID})
     meta: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": HOST_PID, "args": {"name": "host"}},
                                   {"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": KERNEL_TID,
-                                   "args": {"name": "schedule runs"}}]
+                                   "args": {"name": "schedule runs"}},
+                                  {"name": "thread_name", "ph": "M", "pid": HOST_PID, "tid": COPY_TID,
+                                   "args": {"name": "plans built"}}]
     for device, number in devices.items():
         meta.append({"name": "process_name", "ph": "M", "pid": number, "args": {"name": device}})
         meta.append({"name": "thread_name", "ph": "M", "pid": number, "tid": KERNEL_TID, "args": {"name": "kernels"}})

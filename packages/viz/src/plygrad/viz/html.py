@@ -4,6 +4,7 @@ JSON in a `<script type="application/json">`, nothing fetched, nothing served. L
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections import Counter
@@ -12,6 +13,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final
 
+from plygrad.ir.errors import IRError
+from plygrad.ir.serialize import deserialize
+from plygrad.ir.stage import Stage
 from plygrad.viz.graph import CAP, layout
 from plygrad.viz.model import Trace, kernel_stats, memory, summary
 
@@ -20,6 +24,9 @@ MAX_LAUNCH_ROWS: Final = 5000  # rows of the launch table (the timeline and chro
 MAX_SOURCE: Final = 200_000  # characters of one kernel's source kept in the page
 MAX_POINTS: Final = 20_000  # memory points per device drawn (evenly thinned past it, the peak kept)
 MAX_AT_PEAK: Final = 50  # allocations listed at a device's peak
+MAX_LAUNCHES: Final = 200_000  # launches in the page (timeline, launch table); the figures count all of them
+# structure every kernel has: left out of the list of the ops a kernel computes
+STRUCTURE: Final = frozenset({"SINK", "PARAM", "INDEX", "RANGE", "END", "CONST", "DEFINE_VAR", "BIND"})
 
 
 def _thin(points: list[tuple[int, int]], peak_ns: int) -> list[tuple[int, int]]:
@@ -41,13 +48,14 @@ def page_data(trace: Trace, cap: int = CAP) -> dict[str, Any]:
     kernels = []
     for i, kernel in enumerate(trace.kernels):
         source = str(kernel.get("source", ""))
+        ops = _ops_of(kernel.get("ast"))
         kernels.append({
             "name": kernel["name"], "device": str(kernel.get("device", "?")), "source": source[:MAX_SOURCE],
             "source_cut": len(source) > MAX_SOURCE, "opts": kernel.get("opts", []),
             "global_size": kernel.get("global_size"), "local_size": kernel.get("local_size"),
             "ops": kernel.get("ops", 0), "mem": kernel.get("mem", 0), "params": kernel.get("params", []),
             "renderer": kernel.get("renderer", ""), "arch": kernel.get("arch", ""),
-            "sites": [site for site, _ in sites.get(i, Counter()).most_common(5)],
+            "sites": [site for site, _ in sites.get(i, Counter()).most_common(5)], "ast_ops": ops,
         })
     schedules = trace.table("schedules")
     graphs = []
@@ -62,9 +70,23 @@ def page_data(trace: Trace, cap: int = CAP) -> dict[str, Any]:
                        "at_peak_more": max(0, len(found.at_peak) - MAX_AT_PEAK)}
     devices = sorted({k["device"] for k in kernels})
     return {"summary": summary(trace), "stats": [asdict(s) for s in kernel_stats(trace)], "kernels": kernels,
-            "launches": trace.launches, "launch_rows": MAX_LAUNCH_ROWS, "runs": runs, "devices": devices,
+            "launches": trace.launches[:MAX_LAUNCHES], "launches_total": len(trace.launches),
+            "launch_rows": MAX_LAUNCH_ROWS, "builds": trace.table("builds"), "runs": runs, "devices": devices,
             "markers": trace.table("markers"), "graphs": graphs, "schedules": len(schedules), "memory": mem,
             "argv": trace.data.get("argv", [])}
+
+
+def _ops_of(ast: object) -> list[list[Any]]:
+    """[op name, count] of what a kernel AST computes (ALU, LOAD, STORE, REDUCE, CAST...), most frequent first;
+    empty when its AST was not recorded or does not decode."""
+    if not isinstance(ast, str):
+        return []
+    try:
+        body = deserialize(base64.b64decode(ast), Stage.KERNEL)
+    except (IRError, ValueError):
+        return []
+    found = Counter(node.op.name for node in body.toposort if node.op.name not in STRUCTURE)
+    return [[name, count] for name, count in found.most_common()]
 
 
 def _embed(data: dict[str, Any]) -> str:

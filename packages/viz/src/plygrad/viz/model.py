@@ -17,7 +17,8 @@ from typing import Any, Final
 FORMAT: Final = "plygrad-trace"
 MAJOR: Final = 1  # the trace major version this reader understands (any minor: newer fields are ignored)
 # table -> the length of each row (the recorder's layout, docs/viz.md)
-ROWS: Final = {"runs": 4, "launches": 5, "copies": 6, "memory": 6, "markers": 2}
+ROWS: Final = {"runs": 4, "launches": 5, "copies": 6, "memory": 6, "markers": 2, "builds": 4}
+OPTIONAL: Final = ("builds", "contents")  # tables a trace may lack (read as empty)
 
 
 class TraceError(ValueError):
@@ -60,6 +61,7 @@ def parse(data: object, path: str = "<memory>") -> Trace:
                          f"this plygrad-viz reads {MAJOR}.x; install the plygrad-viz that matches the recorder")
     if not isinstance(data.get("wall_ns"), int):
         raise TraceError(f"{path}: \"wall_ns\" must be an integer, got {data.get('wall_ns')!r}")
+    data = {**{name: [] for name in OPTIONAL if name not in data}, **data}
     for name in ("schedules", "kernels", *ROWS):
         if not isinstance(data.get(name), list):
             raise TraceError(f"{path}: \"{name}\" must be a list")
@@ -177,6 +179,7 @@ def summary(trace: Trace) -> dict[str, Any]:
     return {
         "wall_ns": trace.wall_ns,
         "kernel_ns": sum(launch_ns(launch) for launch in launches),
+        "build_ns": sum(end - start for start, end, _, _ in trace.table("builds")),
         "device_timed": all(isinstance(launch[4], int) for launch in launches),
         "launches": len(launches),
         "kernels": len({launch[0] for launch in launches}),

@@ -35,6 +35,7 @@
     const cards = [
       ["wall time", fmtTime(s.wall_ns)],
       [s.device_timed ? "device time (kernels)" : "kernel time (host-timed)", fmtTime(s.kernel_ns)],
+      ["building plans (compile)", fmtTime(s.build_ns)],
       ["launches", s.launches], ["kernels", s.kernels], ["schedules", s.schedules], ["copies", s.copies],
       ["peak memory", peak],
     ];
@@ -117,8 +118,8 @@
       { title: "device time", numeric: true, sort: (r) => r.dev === null ? -1 : r.dev,
         cell: (r) => r.dev === null ? "—" : fmtTime(r.dev) },
     ], (r) => showKernel(r.kernel));
-    $("launch-note").textContent = D.launches.length > shown.length ?
-      "first " + shown.length + " of " + D.launches.length + " launches (chrome_trace.json has all)" : "";
+    $("launch-note").textContent = D.launches_total > shown.length ?
+      "first " + shown.length + " of " + D.launches_total + " launches (chrome_trace.json has all)" : "";
   }
 
   // ---- kernel view ------------------------------------------------------------------------------------------
@@ -127,7 +128,9 @@
     if (!k) return;
     const opts = k.opts.map((o) => o[0] + "(axis=" + o[1] + ", amount=" + o[2] + ")").join(", ") || "none";
     const params = k.params.map((p) => "#" + p[0] + " " + p[1] + "[" + p[2] + "]" + (p[3] ? " written" : "")).join(", ");
+    const computes = k.ast_ops.map((o) => o[0] + (o[1] > 1 ? " x" + o[1] : "")).join(", ") || "?";
     const kv = [["name", k.name], ["device", k.device + " (" + k.renderer + (k.arch ? " " + k.arch : "") + ")"],
+      ["computes", computes],
       ["global size", JSON.stringify(k.global_size)], ["local size", JSON.stringify(k.local_size)],
       ["opts", opts], ["params", params], ["estimates", k.ops + " ops, " + k.mem + " bytes per launch"],
       ["launched from", k.sites.join("; ") || "?"]];
@@ -185,6 +188,7 @@
   function activity() {
     let a = Infinity, b = -Infinity;
     for (const r of D.runs) { a = Math.min(a, r[1]); if (r[2] !== null) b = Math.max(b, r[2]); }
+    for (const r of D.builds) { a = Math.min(a, r[0]); b = Math.max(b, r[1]); }
     for (const m of D.markers) { a = Math.min(a, m[0]); b = Math.max(b, m[0]); }
     if (!(b > a)) return [0, Math.max(D.summary.wall_ns, 1)];
     const pad = (b - a) * 0.03;
@@ -246,7 +250,7 @@
 
   function renderTimeline() {
     const canvas = $("timeline");
-    const lanes = ["host"].concat(D.devices);
+    const lanes = ["runs", "compile"].concat(D.devices);
     const laneH = 34, top = 18, left = 70;
     const rects = [];
     zoomable(canvas, (v) => {
@@ -265,9 +269,11 @@
         rects.push([a, Math.max(b, a + 1), lane, label]);
       };
       for (const r of D.runs) if (r[2] !== null) bar(r[1], r[2], 0, cssVar("--line"), "run of schedule " + r[0]);
+      for (const b of D.builds) bar(b[0], b[1], 1, cssVar("--muted"), "plan built: " + b[3] + " kernels, " +
+        fmtTime(b[1] - b[0]));
       for (const l of D.launches) {
         const k = D.kernels[l[0]];
-        bar(l[2], l[3], 1 + D.devices.indexOf(k.device), "hsl(" + hue(l[0]) + ",65%,55%)",
+        bar(l[2], l[3], 2 + D.devices.indexOf(k.device), "hsl(" + hue(l[0]) + ",65%,55%)",
           k.name + " " + fmtTime(l[3] - l[2]));
       }
       ctx.strokeStyle = cssVar("--mark");
