@@ -79,6 +79,25 @@ def test_check_mode_keeps_inputs_before_and_outputs_after(fakes: None, tmp_path:
     assert first["after"][1:] == [None, None], "inputs are not kept again after the launch"
 
 
+def test_a_failing_reporter_keeps_the_trace(fakes: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from plygrad.runtime.discovery import installed
+
+    def broken(trace_path: Path, folder: Path) -> list[Path]:
+        raise OSError("disk full")
+
+    def listing(trace_path: Path, folder: Path) -> list[Path]:
+        out = folder / "listing.txt"
+        out.write_text(trace_path.name)
+        return [out]
+
+    with installed(trace.REPORTERS, "html", broken), installed(trace.REPORTERS, "listing", listing), \
+            trace.record(tmp_path):
+        trace.mark("x")
+    err = capsys.readouterr().err
+    assert "reporter 'html'" in err and "OSError: disk full" in err
+    assert f"wrote {tmp_path / 'listing.txt'}" in err and (tmp_path / trace.TRACE_FILE).is_file()
+
+
 def test_one_recording_at_a_time() -> None:
     trace.start()
     try:

@@ -16,16 +16,15 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from plygrad.ir.serialize import serialize, serialize_target
 from plygrad.ir.stage import Stage
 from plygrad.ir.uop import UOp
-from plygrad.runtime import config
+from plygrad.runtime import config, discovery
 
 FORMAT: Final = "plygrad-trace"
 VERSION: Final = (1, 0)  # major changes break readers; a minor adds fields a reader may ignore
@@ -87,7 +86,7 @@ class Recorder:
         self._live: dict[int, tuple[str, int]] = {}  # buffer id -> (device, bytes) while allocated
         self._check_bytes = 0
         self.builds: list[list[Any]] = []  # [start, end, producer, kernels]: a plan read, checked and compiled
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a schedule's record makes its kernels' records under it
         self._thread = threading.local()  # the run each thread is in (plans may run in several threads at once)
 
     @property
@@ -142,6 +141,11 @@ class Recorder:
         found = self._kernel_of.get(id(loaded))
         if found is not None:
             return found
+        with self._lock:  # two threads launching a new program at once make one record
+            found = self._kernel_of.get(id(loaded))
+            return found if found is not None else self._new_kernel(loaded, device)
+
+    def _new_kernel(self, loaded: Launchable, device: str) -> int:
         from plygrad.runtime.device import Device  # the registry imports plugins: only once something runs
 
         info = loaded.info
@@ -271,8 +275,13 @@ def write_reports(rec: Recorder, folder: str | os.PathLike[str]) -> list[Path]:
     """Write the trace into `folder`, then every report an installed `plygrad.reporters` plugin makes of it."""
     trace = rec.write(folder)
     paths = [trace]
-    for ep in entry_points(group=REPORTERS):
-        paths.extend(Path(p) for p in ep.load()(trace, Path(folder)))
+    for plugin in discovery.plugins(REPORTERS).values():
+        try:
+            report = cast("Callable[[Path, Path], Iterable[str | os.PathLike[str]]]", plugin.load())
+            paths.extend(Path(p) for p in report(trace, Path(folder)))
+        except Exception as exc:  # the trace is written: a failed report must not lose it, nor end the program
+            print(f"plygrad viz: reporter {plugin.name!r} ({plugin.origin}) failed on {trace}: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
     return paths
 
 
