@@ -116,6 +116,18 @@ def test_conv2d_for_shard_axis_pairs(ax: int | None, aw: int | None) -> None:
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
+def test_loss_pooling_and_argmax_match_one_device() -> None:
+    logits, labels, images = data(7, 4), np.array([0, 1, 3, 2, -1, 1, 0], dtype=np.int32), data(4, 2, 4, 4)
+    for kw in ({}, {"label_smoothing": 0.1}):
+        split = Tensor(logits).shard(D4, 0).sparse_categorical_crossentropy(Tensor(labels).shard(D4, 0), **kw)
+        whole = Tensor(logits).sparse_categorical_crossentropy(Tensor(labels), **kw)
+        np.testing.assert_allclose(split.numpy(), whole.numpy(), rtol=1e-6)
+    np.testing.assert_array_equal(Tensor(logits).shard(D2, 0).argmax(axis=1).numpy(), logits.argmax(1))
+    np.testing.assert_array_equal(Tensor(logits).shard(D2, 1).argmax(axis=1).numpy(), logits.argmax(1))
+    pooled = Tensor(images).shard(D2, 0).max_pool2d(2)
+    np.testing.assert_array_equal(pooled.numpy(), Tensor(images).max_pool2d(2).numpy())
+
+
 def test_allreduce_is_bitwise_equal_on_every_device() -> None:
     parts = [Tensor(data(5), device=d) for d in D4]
     out = allreduce(parts)

@@ -281,6 +281,7 @@ class MultiTensor:
     matmul, linear, dot = multi_ops.matmul, multi_ops.linear, multi_ops.dot
     var, std, log_softmax, softmax = multi_ops.var, multi_ops.std, multi_ops.log_softmax, multi_ops.softmax
     logsumexp, conv2d, batchnorm = multi_ops.logsumexp, multi_ops.conv2d, multi_ops.batchnorm
+    sparse_categorical_crossentropy = multi_ops.sparse_categorical_crossentropy
     neg = multi_ops.unary("neg")
     exp = multi_ops.unary("exp")
     exp2 = multi_ops.unary("exp2")
@@ -323,6 +324,9 @@ class MultiTensor:
     hardtanh = multi_ops.unary("hardtanh")
     erf = multi_ops.unary("erf")
     dropout = multi_ops.unary("dropout")
+    one_hot = multi_ops.unary("one_hot")
+    max_pool2d, avg_pool2d = multi_ops.spatial("max_pool2d"), multi_ops.spatial("avg_pool2d")
+    argmax, argmin = multi_ops.arg_reduce("argmax"), multi_ops.arg_reduce("argmin")
     add = multi_ops.binary("add")
     sub = multi_ops.binary("sub")
     mul = multi_ops.binary("mul")

@@ -182,13 +182,14 @@ def dot(self: MultiTensor, other: MultiTensor) -> MultiTensor:
     return self.matmul(other)
 
 
-def conv2d(self: MultiTensor, weight: MultiTensor, bias: MultiTensor | None = None, groups: int = 1,
-           **kwargs: Any) -> MultiTensor:
+def conv2d(self: MultiTensor, weight: MultiTensor, bias: MultiTensor | None = None,  # noqa: PLR0917 (Tensor's)
+           groups: int = 1, stride: Any = 1, dilation: Any = 1, padding: Any = 0, dtype: Any = None) -> MultiTensor:
     """`Tensor.conv2d` on every device. A batch split (axis 0) stays split; weights split on the output channels
     (axis 0) split the result's channels (axis 1); input and weights split alike on the input channels (axis 1)
     give per-device partial sums and an ALLREDUCE. Other layouts are gathered first."""
     from plygrad.frontend.multi import allreduce  # imports this module
 
+    kwargs = {"stride": stride, "dilation": dilation, "padding": padding, "dtype": dtype}
     by_channel = groups == 1 and self.axis == 1 and weight.axis == 1 and self.bounds == weight.bounds
     if not by_channel:
         if weight.axis not in (None, 0) or (weight.axis == 0 and self.axis is not None):
@@ -225,6 +226,24 @@ def batchnorm(self: MultiTensor, weight: MultiTensor | None, bias: MultiTensor |
     return out if bias is None else out.add(per_channel(bias))
 
 
+def sparse_categorical_crossentropy(self: MultiTensor, Y: MultiTensor, ignore_index: int = -1,  # noqa: N803
+                                    label_smoothing: float = 0.0, reduction: str = "mean") -> MultiTensor:
+    """Tensor.sparse_categorical_crossentropy (classes on the last axis, integer targets laid out like the rows):
+    the mean over a batch split across devices ends in ALLREDUCEs."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"sparse_categorical_crossentropy: reduction must be 'mean', 'sum' or 'none', got "
+                         f"{reduction!r}")
+    classes = self.shape[-1]
+    logp = self.log_softmax(-1)
+    keep = Y.ne(ignore_index)
+    picked = logp.mul(Y.mul(keep).one_hot(classes)).sum(-1)
+    per_row = picked.mul(1.0 - label_smoothing).add(logp.mean(-1).mul(label_smoothing)).neg().mul(keep)
+    if reduction == "none":
+        return per_row
+    total = per_row.sum()
+    return total if reduction == "sum" else total.div(keep.sum().float())
+
+
 def var(self: MultiTensor, axis: int | Sequence[int] | None = None, keepdim: bool = False,
         correction: int = 1) -> MultiTensor:
     axes = self.shards[0]._axes(axis, "var")
@@ -255,6 +274,32 @@ def logsumexp(self: MultiTensor, axis: int = -1, keepdim: bool = False) -> Multi
 
 
 # ---- elementwise ops, by how they take their operands -------------------------------------------------------------
+def spatial(name: str) -> Callable[..., MultiTensor]:
+    """A pooling op over the axes after (N, C): per device when the split is the batch or the channels."""
+    def op(self: MultiTensor, *args: Any, **kwargs: Any) -> MultiTensor:
+        source = self if self.axis is None or self.axis < 2 else self._gathered()
+        return source._map(lambda s: getattr(s, name)(*args, **kwargs))
+
+    op.__name__ = name
+    op.__doc__ = f"`Tensor.{name}` on every device (a tensor split along a spatial axis is gathered first)."
+    return op
+
+
+def arg_reduce(name: str) -> Callable[..., MultiTensor]:
+    """argmax/argmin along an axis other than the split one, per device (the split axis is gathered first)."""
+    def op(self: MultiTensor, axis: int | None = None, keepdim: bool = False) -> MultiTensor:
+        at = None if axis is None else self.shards[0]._axis(axis, name)
+        source = self if at is not None and self.axis is not None and at != self.axis else self._gathered()
+        new_axis = source.axis
+        if new_axis is not None and at is not None and not keepdim and at < new_axis:
+            new_axis -= 1
+        return type(self)([getattr(s, name)(axis, keepdim=keepdim) for s in source.shards], new_axis)
+
+    op.__name__ = name
+    op.__doc__ = f"`Tensor.{name}`, per device where the axis is not the split one."
+    return op
+
+
 def unary(name: str) -> Callable[..., MultiTensor]:
     def op(self: MultiTensor, *args: Any, **kwargs: Any) -> MultiTensor:
         return self._map(lambda s: getattr(s, name)(*args, **kwargs))
