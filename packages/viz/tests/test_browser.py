@@ -3,12 +3,16 @@ and a screenshot is not blank. Skips only where no Chromium is found."""
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
-from viz_synthetic import three_kernel_trace
+from viz_synthetic import chain_linear, three_kernel_trace
 
+from plygrad.ir import Stage, serialize
 from plygrad.viz import parse, write_html
+from plygrad.viz.graph import CAP
+from plygrad.viz.html import MAX_TABLE_ROWS
 from plygrad.viz.testing import dump_dom, find_chromium, page_state, png_variance, screenshot
 
 BROWSER = find_chromium()
@@ -37,6 +41,23 @@ def test_a_script_error_is_visible_in_the_dom(tmp_path: Path) -> None:
     page = write_html(parse(data), tmp_path / "report.html")
     state = page_state(dump_dom(BROWSER, page))
     assert not state.ready and "TypeError" in state.errors
+
+
+@needs_browser
+def test_a_ten_thousand_call_report_renders_quickly(tmp_path: Path) -> None:
+    assert BROWSER is not None
+    calls = 10_000
+    data = three_kernel_trace()
+    linear = chain_linear(calls, fan=50)
+    data["schedules"] = [{"producer": None, "calls": [0] * calls,
+                          "linear": base64.b64encode(serialize(linear, Stage.SCHEDULE)).decode()}]
+    data["launches"] = [[0, 0, 100_000 + 10 * i, 100_005 + 10 * i, None] for i in range(calls)]
+    data["runs"] = [[0, 100_000, 100_000 + 10 * calls, "script.py:3"]]
+    page = write_html(parse(data), tmp_path / "report.html")
+    state = page_state(dump_dom(BROWSER, page))
+    assert state.ready and state.errors == ""
+    assert state.rows["launch-table"] == MAX_TABLE_ROWS and 0 < state.graph_nodes <= CAP + 200
+    assert sum(state.render_ms.values()) < 4000, f"drawing took {state.render_ms} ms"
 
 
 def test_png_variance_of_a_blank_and_a_striped_image() -> None:

@@ -20,7 +20,7 @@ from plygrad.viz.graph import CAP, layout
 from plygrad.viz.model import Trace, kernel_stats, memory, summary
 
 MAX_GRAPHS: Final = 200  # schedules laid out (the first ones); the page says how many there were
-MAX_LAUNCH_ROWS: Final = 5000  # rows of the launch table (the timeline and chrome_trace.json have every launch)
+MAX_TABLE_ROWS: Final = 1000  # rows a table draws at once, of its sorted order (layout of more takes seconds)
 MAX_SOURCE: Final = 200_000  # characters of one kernel's source kept in the page
 MAX_POINTS: Final = 20_000  # memory points per device drawn (evenly thinned past it, the peak kept)
 MAX_AT_PEAK: Final = 50  # allocations listed at a device's peak
@@ -71,7 +71,7 @@ def page_data(trace: Trace, cap: int = CAP) -> dict[str, Any]:
     devices = sorted({k["device"] for k in kernels})
     return {"summary": summary(trace), "stats": [asdict(s) for s in kernel_stats(trace)], "kernels": kernels,
             "launches": trace.launches[:MAX_LAUNCHES], "launches_total": len(trace.launches),
-            "launch_rows": MAX_LAUNCH_ROWS, "builds": trace.table("builds"), "runs": runs, "devices": devices,
+            "table_rows": MAX_TABLE_ROWS, "builds": trace.table("builds"), "runs": runs, "devices": devices,
             "markers": trace.table("markers"), "graphs": graphs, "schedules": len(schedules), "memory": mem,
             "argv": trace.data.get("argv", [])}
 
@@ -128,6 +128,7 @@ def render_html(trace: Trace, cap: int = CAP) -> str:
 <h3>Top kernels by time</h3><div id="top"></div></section>
 <section id="kernels"><h2>Kernels</h2>
 <p class="hint">click a header (or focus it and press Enter) to sort; click a row or press Enter on it to open it</p>
+<p class="hint" id="kernel-note"></p>
 <div class="scroll"><table id="kernel-table"><thead><tr></tr></thead><tbody></tbody></table></div></section>
 <section id="kernel"><h2>Kernel</h2><div id="kernel-view"><p class="hint">pick a kernel</p></div></section>
 <section id="schedule"><h2>Schedule graph</h2>
@@ -138,7 +139,7 @@ def render_html(trace: Trace, cap: int = CAP) -> str:
 <canvas id="timeline"></canvas></section>
 <section id="memory-sec"><h2>Memory</h2><p class="hint" id="memory-note"></p><canvas id="memory"></canvas>
 <div id="peak-list"></div></section>
-<section id="launches"><h2>Launches</h2><p class="hint" id="launch-note"></p>
+<section id="launches"><h2>Launches</h2><p class="hint" id="launches-cut"></p><p class="hint" id="launch-note"></p>
 <div class="scroll"><table id="launch-table"><thead><tr></tr></thead><tbody></tbody></table></div></section>
 </main>
 <div id="tip"></div>

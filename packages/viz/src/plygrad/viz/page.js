@@ -48,7 +48,9 @@
   }
 
   // ---- sortable tables --------------------------------------------------------------------------------------
-  function sortable(table, rows, columns, onPick) {
+  // a table of `rows` sorted by a clicked column; only the first `limit` rows of the order are drawn (the layout of
+  // thousands of rows costs seconds), and `note` says so
+  function sortable(table, rows, columns, onPick, limit, note) {
     let key = null, dir = -1;
     const head = table.querySelector("thead tr");
     head.innerHTML = columns.map((c, i) =>
@@ -60,7 +62,10 @@
         const get = columns[key].sort;
         order.sort((a, b) => { const x = get(a), y = get(b); return (x < y ? -1 : x > y ? 1 : 0) * dir; });
       }
-      body.innerHTML = order.map((r) => '<tr tabindex="0" data-row="' + r.__row + '">' +
+      const drawn = order.slice(0, limit);
+      if (note) note.textContent = rows.length > drawn.length ? "the first " + drawn.length + " of " + rows.length +
+        " rows in this order: sort by another column to see others" : "";
+      body.innerHTML = drawn.map((r) => '<tr tabindex="0" data-row="' + r.__row + '">' +
         columns.map((c) => '<td class="' + (c.cls || "") + '">' + c.cell(r) + "</td>").join("") + "</tr>").join("");
       head.querySelectorAll("th").forEach((th, i) => {
         if (i === key) th.setAttribute("aria-sort", dir > 0 ? "ascending" : "descending");
@@ -102,12 +107,11 @@
         Math.round(60 * r.share / maxShare) + 'px"></span>' + (100 * r.share).toFixed(1) + "%" },
       { title: "GFLOP/s", numeric: true, sort: (r) => r.gflops, cell: (r) => r.gflops.toFixed(2) },
       { title: "GB/s", numeric: true, sort: (r) => r.gbs, cell: (r) => r.gbs.toFixed(2) },
-    ], (r) => showKernel(r.index));
+    ], (r) => showKernel(r.index), D.table_rows, $("kernel-note"));
   }
 
   function renderLaunchTable() {
-    const shown = D.launches.slice(0, D.launch_rows);
-    const rows = shown.map((l, i) => ({ __row: i, n: i, kernel: l[0], run: l[1], start: l[2], dur: l[3] - l[2],
+    const rows = D.launches.map((l, i) => ({ __row: i, n: i, kernel: l[0], run: l[1], start: l[2], dur: l[3] - l[2],
                                          dev: l[4] }));
     sortable($("launch-table"), rows, [
       { title: "#", numeric: true, sort: (r) => r.n, cell: (r) => r.n },
@@ -117,9 +121,9 @@
       { title: "host time", numeric: true, sort: (r) => r.dur, cell: (r) => fmtTime(r.dur) },
       { title: "device time", numeric: true, sort: (r) => r.dev === null ? -1 : r.dev,
         cell: (r) => r.dev === null ? "—" : fmtTime(r.dev) },
-    ], (r) => showKernel(r.kernel));
-    $("launch-note").textContent = D.launches_total > shown.length ?
-      "first " + shown.length + " of " + D.launches_total + " launches (chrome_trace.json has all)" : "";
+    ], (r) => showKernel(r.kernel), D.table_rows, $("launch-note"));
+    $("launches-cut").textContent = D.launches_total > D.launches.length ? "the page holds the first " +
+      D.launches.length + " of " + D.launches_total + " launches; chrome_trace.json has all" : "";
   }
 
   // ---- kernel view ------------------------------------------------------------------------------------------
@@ -261,20 +265,27 @@
       lanes.forEach((name, i) => ctx.fillText(name, 4, top + i * laneH + 20));
       ctx.fillText(fmtTime(Math.max(0, v.t0)) + " … " + fmtTime(v.t1), left, 12);
       rects.length = 0;
+      // a bar under a pixel wide that lands on the pixel its lane's previous bar filled is not drawn again: a run
+      // of many short launches costs what the pixels it covers cost
+      const lastPx = {};
       const bar = (t0, t1, lane, color, label) => {
         const a = Math.max(x(t0), left), b = Math.min(x(t1), width);
         if (b < left || a > width) return;
-        ctx.fillStyle = color;
+        const px = Math.floor(a);
+        if (b - a < 1 && lastPx[lane] === px) return;
+        lastPx[lane] = px;
+        if (ctx.fillStyle !== color) ctx.fillStyle = color;
         ctx.fillRect(a, top + lane * laneH + 4, Math.max(b - a, 1), laneH - 8);
         rects.push([a, Math.max(b, a + 1), lane, label]);
       };
-      for (const r of D.runs) if (r[2] !== null) bar(r[1], r[2], 0, cssVar("--line"), "run of schedule " + r[0]);
-      for (const b of D.builds) bar(b[0], b[1], 1, cssVar("--muted"), "plan built: " + b[3] + " kernels, " +
+      const runColor = cssVar("--line"), buildColor = cssVar("--muted");
+      for (const r of D.runs) if (r[2] !== null) bar(r[1], r[2], 0, runColor, () => "run of schedule " + r[0]);
+      for (const b of D.builds) bar(b[0], b[1], 1, buildColor, () => "plan built: " + b[3] + " kernels, " +
         fmtTime(b[1] - b[0]));
+      const laneOf = D.kernels.map((k) => 2 + D.devices.indexOf(k.device));
+      const colorOf = D.kernels.map((k, i) => "hsl(" + hue(i) + ",65%,55%)");
       for (const l of D.launches) {
-        const k = D.kernels[l[0]];
-        bar(l[2], l[3], 2 + D.devices.indexOf(k.device), "hsl(" + hue(l[0]) + ",65%,55%)",
-          k.name + " " + fmtTime(l[3] - l[2]));
+        bar(l[2], l[3], laneOf[l[0]], colorOf[l[0]], () => D.kernels[l[0]].name + " " + fmtTime(l[3] - l[2]));
       }
       ctx.strokeStyle = cssVar("--mark");
       ctx.fillStyle = cssVar("--mark");
@@ -291,7 +302,7 @@
       const px = e.clientX - r.left, lane = Math.floor((e.clientY - r.top - top) / laneH);
       const hit = rects.find((q) => q[2] === lane && px >= q[0] && px <= q[1]);
       tip.style.display = hit ? "block" : "none";
-      if (hit) { tip.textContent = hit[3]; tip.style.left = e.clientX + 12 + "px"; tip.style.top = e.clientY + 12 + "px"; }
+      if (hit) { tip.textContent = hit[3](); tip.style.left = e.clientX + 12 + "px"; tip.style.top = e.clientY + 12 + "px"; }
     });
     canvas.addEventListener("mouseleave", () => { tip.style.display = "none"; });
   }
@@ -335,13 +346,16 @@
   }
 
   try {
-    renderSummary();
-    renderKernelTable();
-    renderLaunchTable();
-    if (D.stats.length) showKernel(D.stats[0].index);
-    renderGraphPicker();
-    renderTimeline();
-    renderMemory();
+    const timings = {};
+    const phases = [["summary", renderSummary], ["kernels", renderKernelTable], ["launches", renderLaunchTable],
+      ["kernel", () => { if (D.stats.length) showKernel(D.stats[0].index); }], ["graph", renderGraphPicker],
+      ["timeline", renderTimeline], ["memory", renderMemory]];
+    for (const [name, draw] of phases) {
+      const t0 = performance.now();
+      draw();
+      timings[name] = Math.round(performance.now() - t0);
+    }
+    document.body.dataset.renderMs = JSON.stringify(timings);
     document.body.dataset.ready = "1";
   } catch (e) {
     report((e && e.stack) || e);

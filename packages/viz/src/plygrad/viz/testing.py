@@ -7,6 +7,7 @@ collected, the table rows and graph nodes drawn; `png_variance` says whether a s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import struct
@@ -65,6 +66,7 @@ class PageState:
     rows: dict[str, int] = field(default_factory=dict)  # table id -> body rows
     graph_nodes: int = 0
     resources: list[str] = field(default_factory=list)  # every src/href that is not a same-page anchor or data:
+    render_ms: dict[str, int] = field(default_factory=dict)  # milliseconds page.js spent drawing each part
 
 
 class _Reader(HTMLParser):
@@ -78,6 +80,7 @@ class _Reader(HTMLParser):
         a = dict(attrs)
         if tag == "body":
             self.state.ready = a.get("data-ready") == "1"
+            self.state.render_ms = json.loads(a.get("data-render-ms") or "{}")
         if tag == "table" and a.get("id"):
             self._table = a["id"]
             self.state.rows.setdefault(str(a["id"]), 0)
