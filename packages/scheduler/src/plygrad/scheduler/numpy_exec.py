@@ -166,6 +166,12 @@ def reference(graph: UOp, buffers: Mapping[int, Array]) -> tuple[list[Array], di
             vals[n] = reduce_axes(n.arg[0], vals[n.src[0]], n.arg[1], n.dtype)
         elif op in (Ops.CONTIGUOUS, Ops.COPY):
             vals[n] = vals[n.src[0]]
+        elif op is Ops.ALLREDUCE:  # the sources folded in order with the op's ALU semantics (devices play no part)
+            acc = n.src[0]
+            for src in n.src[1:]:
+                acc = UOp(n.arg[0], n.dtype, (acc, src))
+                vals[acc] = value_op(acc, vals)
+            vals[n] = vals[acc]
         elif op is Ops.ASSIGN:
             vals[n] = vals[n.src[1]]
             assigns.append((n, vals[n.src[1]]))
