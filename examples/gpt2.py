@@ -25,6 +25,7 @@ from gpt2_model import GPT2, GPT2Config, KVCache, left_pad
 
 from plygrad.frontend import Tensor, Variable, dtypes
 from plygrad.frontend.jit import TinyJit
+from plygrad.frontend.tensor import no_grad
 
 __all__ = ["GPT2", "GPT2Config", "Generator", "KVCache", "generate", "left_pad", "sample"]
 
@@ -90,6 +91,13 @@ class Generator:
                  seed: int | None = None) -> Array:
         """The `max_new_tokens` new token ids (B, N) int32 after the prompts `ids` (B, T), left-padded where
         `attention_mask` (B, T) has zeros."""
+        # without gradients: no autograd bookkeeping, and the cache writes leave the cache one plain view, so the
+        # prefill of the next call has the same structure (one schedule) instead of a longer history each time
+        with no_grad():
+            return self._generate(ids, max_new_tokens, attention_mask, seed)
+
+    def _generate(self, ids: Array | list[list[int]], max_new_tokens: int, attention_mask: Array | None,
+                  seed: int | None) -> Array:
         prompt = np.asarray(ids, dtype=np.int32)
         mask = np.ones_like(prompt) if attention_mask is None else np.asarray(attention_mask, dtype=np.int32)
         if prompt.ndim != 2 or prompt.shape[0] != self.batch or mask.shape != prompt.shape:
@@ -105,8 +113,9 @@ class Generator:
             Tensor.manual_seed(seed)
         full = np.ones((self.batch, self.max_len), dtype=np.int32)
         full[:, :length] = mask
-        self.mask.assign(Tensor(full, device=self.device))
-        self.pads.assign(Tensor((length - mask.sum(1, keepdims=True)).astype(np.int32), device=self.device))
+        # realized now: the decode step's replays read these Buffers directly, past any pending write
+        self.mask.assign(Tensor(full, device=self.device)).realize(
+            self.pads.assign(Tensor((length - mask.sum(1, keepdims=True)).astype(np.int32), device=self.device)))
         positions = np.maximum(np.cumsum(mask, 1) - 1, 0).astype(np.int32) * mask
 
         start = time.perf_counter()
