@@ -223,3 +223,22 @@ def test_check_passes_a_correct_run(tmp_path: Path, capsys: pytest.CaptureFixtur
         _three_kernels("CPU")
     assert main([str(tmp_path / "trace.json.gz"), "--check"]) == 0
     assert "all 3 checked launches agree" in capsys.readouterr().out
+
+
+def test_passes_replayed_offline_end_in_the_recorded_source(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from plygrad.viz.__main__ import main
+    from plygrad.viz.passes import kernel_passes
+
+    with plygrad.viz.record(tmp_path, quiet=True):
+        _three_kernels("CPU")
+    loaded = plygrad.viz.load(tmp_path / "trace.json.gz")
+    for index, kernel in enumerate(loaded.kernels):
+        passes = kernel_passes(loaded, index)
+        assert passes[0][0] == "input" and passes[-1] == ("render", kernel["source"]), kernel["name"]
+    name = loaded.kernels[1]["name"]
+    assert main([str(tmp_path / "trace.json.gz"), "--passes", name]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("=== input\n") and "=== optimize" in out and "+++ after render" in out
+    assert main([str(tmp_path / "trace.json.gz"), "--passes", "no_such_kernel"]) == 2
+    assert "no kernel 'no_such_kernel' in the trace" in capsys.readouterr().err

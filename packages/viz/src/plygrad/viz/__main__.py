@@ -1,6 +1,7 @@
-"""`python -m plygrad.viz TRACE [--html] [--chrome] [--top N] [--json] [--check]`: the top kernels of a recorded
-trace in the terminal, its reports written again (offline: nothing is served or fetched), and with --check the
-first launch a reference executor computes differently (exit status 1 when one does)."""
+"""`python -m plygrad.viz TRACE [--html] [--chrome] [--top N] [--json] [--check] [--passes KERNEL]`: the top kernels
+of a recorded trace in the terminal, its reports written again (offline: nothing is served or fetched), with --check
+the first launch a reference executor computes differently (exit status 1 when one does), with --passes codegen's
+passes on one kernel as diffs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import asdict
 
 from plygrad.viz.check import check
 from plygrad.viz.model import Trace, TraceError, kernel_stats, load, summary
+from plygrad.viz.passes import diff_text, find_kernel, kernel_passes
 from plygrad.viz.reports import top_table, write_reports
 
 
@@ -25,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the summary and kernel table as JSON")
     parser.add_argument("--check", action="store_true", help="run each launch recorded with VIZ=2 again on its "
                         "recorded inputs by the reference executor and name the first whose outputs differ")
+    parser.add_argument("--passes", metavar="KERNEL", help="replay codegen's passes on the recorded kernel named "
+                        "KERNEL (or #n) and print each pass's change as a diff")
     parser.add_argument("--rtol", type=float, default=1e-4, help="--check's relative tolerance (default 1e-4)")
     parser.add_argument("--atol", type=float, default=1e-5, help="--check's absolute tolerance (default 1e-5)")
     args = parser.parse_args(argv)
@@ -40,6 +44,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.check:
         return _check(trace, args.rtol, args.atol)
+    if args.passes:
+        try:
+            print(diff_text(kernel_passes(trace, find_kernel(trace, args.passes))))
+        except (ImportError, ValueError) as exc:
+            print(f"python -m plygrad.viz --passes: {exc}", file=sys.stderr)
+            return 2
+        return 0
     if args.json:
         print(json.dumps({"summary": summary(trace), "kernels": [asdict(s) for s in kernel_stats(trace)[:args.top]]},
                          indent=1))
