@@ -77,6 +77,26 @@ def test_cross_shard_reshape_raises_naming_the_shapes() -> None:
     np.testing.assert_array_equal(sliced.numpy(), ok.numpy()[1:3])
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_indexing_and_cat_match_numpy(axis: int) -> None:
+    a = data(4, 6)
+    m = Tensor(a).shard(D2, axis)
+    for index in [(slice(None), 2), (1,), (slice(1, 3),), (None, ..., slice(0, 4, 2)), (2, slice(1, 5))]:
+        np.testing.assert_array_equal(m[index].numpy(), a[index])
+    assert m[:, 2].axis == (0 if axis == 0 else None)  # the split axis left whole stays split
+    np.testing.assert_array_equal(m.cat(Tensor(a).to(D2), dim=1 - axis).numpy(), np.concatenate([a, a], 1 - axis))
+    np.testing.assert_array_equal(m.cat(Tensor(a).shard(D2, axis), dim=axis).numpy(), np.concatenate([a, a], axis))
+    with pytest.raises(TypeError, match="ints, slices"):
+        m[Tensor([0, 1])]
+
+
+def test_random_tensors_shard_like_the_whole_draw() -> None:
+    Tensor.manual_seed(5)
+    whole = Tensor.rand(8, 3).numpy()
+    Tensor.manual_seed(5)
+    np.testing.assert_array_equal(Tensor.rand(8, 3).shard(D4, 0).numpy(), whole)
+
+
 def test_mixing_a_single_device_tensor_raises() -> None:
     with pytest.raises(ValueError, match=r"\.to\("):
         Tensor(data(4, 2)).shard(D2, 0) + Tensor(data(4, 2))

@@ -154,6 +154,48 @@ def flip(m: MultiTensor, axis: int | Sequence[int]) -> MultiTensor:
     return m._map(lambda s: s.flip(axes))
 
 
+def getitem(m: MultiTensor, index: Any) -> MultiTensor:
+    """Basic indexing (ints, slices, None, Ellipsis). Leaving the split axis whole, each device indexes its piece;
+    indexing the split axis reads the whole tensor on every device (gathered) and gives a replicated result."""
+    items = list(index) if isinstance(index, tuple) else [index]
+    for item in items:
+        if not (item is None or item is Ellipsis or isinstance(item, (int, slice))) or isinstance(item, bool):
+            raise TypeError(f"MultiTensor indexing takes ints, slices, None and Ellipsis, got {type(item).__name__}; "
+                            "gather the tensor first (.to(device)) for tensor indices")
+    if items.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    used = sum(1 for item in items if item is not None and item is not Ellipsis)
+    if used > m.ndim:
+        raise IndexError(f"too many indices for a tensor of shape {m.shape}: {used} given")
+    at = items.index(Ellipsis) if Ellipsis in items else len(items)
+    full = [*items[:at], *(slice(None),) * (m.ndim - used), *items[at + 1:]]
+    axis, new_axis, out_dim = 0, None, 0
+    for item in full:
+        if item is None:
+            out_dim += 1
+            continue
+        if axis == m.axis:
+            if not (isinstance(item, slice) and item == slice(None)):
+                source = m._gathered()
+                return source._map(lambda s: s[tuple(full)], None)
+            new_axis = out_dim
+        out_dim += 0 if isinstance(item, int) else 1
+        axis += 1
+    return type(m)([s[tuple(full)] for s in m.shards], new_axis)
+
+
+def cat(m: MultiTensor, *others: MultiTensor, dim: int = 0) -> MultiTensor:
+    """Joined along `dim`: per device when `dim` is not the split axis (the others laid out like this tensor),
+    else the gathered tensors joined on every device (replicated)."""
+    at = m.shards[0]._axis(dim, "cat")
+    if m.axis is not None and at == m.axis:
+        parts = [m._gathered(), *(o._gathered() for o in others)]
+        return type(m)([parts[0].shards[i].cat(*(q.shards[i] for q in parts[1:]), dim=at)
+                        for i in range(len(m.shards))], None)
+    local = [m._local(o, m.ndim, m.axis, m.bounds) for o in others]
+    return type(m)([s.cat(*(piece[i] for piece in local), dim=at) for i, s in enumerate(m.shards)], m.axis)
+
+
 # ---- matmul and composite reductions ------------------------------------------------------------------------
 def matmul(self: MultiTensor, other: MultiTensor) -> MultiTensor:
     """`self @ other` as a broadcast product summed over the shared axis, so every layout pair works: split
