@@ -73,8 +73,9 @@ EXCLUDED: Final = {
     "image_conv2d", "image_dot",
     # hashing and video decoding built for tinygrad's own tools (and the content-addressed `fs_*` storage on them)
     "keccak", "hash", "decode_hevc_frame", "fs_load", "fs_store",
-    # multi-device sharding: its own issue
-    "shard", "shard_", "shard_like",
+    # in-place sharding: a Tensor cannot become a MultiTensor in place (frontend/multi.py); MultiTensor.shard_ and
+    # replicas.replicate(model, devices) do what tinygrad's `shard_` of a model's tensors does
+    "shard_",
     # nn.state's internal decorator turning a path argument into a disk Tensor
     "accept_filename",
     # schedule_linear's helper returning the symbolic-shape Variables' values too: plygrad's schedules carry those
