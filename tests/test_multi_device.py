@@ -256,3 +256,5 @@ def test_tiny_jit_replays_a_sharded_step_without_capturing_again() -> None:
         if i >= 2:
             assert step.captured is captured
     assert records == 1 and step.cnt == 7
+    copies = [s.numpy() for s in m.shards]
+    assert all(np.array_equal(c, copies[0]) for c in copies), "the parameter copies drifted apart"
