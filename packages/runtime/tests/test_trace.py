@@ -98,6 +98,28 @@ def test_a_failing_reporter_keeps_the_trace(fakes: None, tmp_path: Path, capsys:
     assert f"wrote {tmp_path / 'listing.txt'}" in err and (tmp_path / trace.TRACE_FILE).is_file()
 
 
+def test_beam_searches_are_recorded_with_every_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from beam_fakes import COSTED_PY, lower_with_opts
+    from rt_fakes import fake_plugins
+
+    from plygrad.runtime import beam
+    from plygrad.runtime.discovery import BACKENDS, CODEGEN, installed
+
+    monkeypatch.setenv("BEAM", "2")
+    beam.STATS.reset()
+    with fake_plugins(), installed(BACKENDS, "PY", COSTED_PY), installed(CODEGEN, "default", lower_with_opts), \
+            trace.record(tmp_path, quiet=True) as rec:
+        a = _inputs()
+        run_linear(add_then_sum(a, a, 2, 3))
+    assert len(rec.beams) == beam.STATS.searches == 2
+    by_sha = {k["ast_sha"]: k for k in rec.kernels}
+    for search in rec.beams:
+        tried = [opts for opts, _ in search["tried"]]
+        assert search["chosen"] in tried and [] in tried, "the unoptimized seed is always tried"
+        assert all(seconds is None or seconds > 0 for _, seconds in search["tried"])
+        assert by_sha[search["ast_sha"]]["opts"] == search["chosen"], "the kernel ran with the list chosen"
+
+
 def test_one_recording_at_a_time() -> None:
     trace.start()
     try:

@@ -35,6 +35,13 @@ def test_the_kernel_view_lists_what_a_kernel_computes() -> None:
     assert kernel["ast_ops"] == [["LOAD", 2], ["ADD", 1], ["STORE", 1]]
 
 
+def test_a_kernel_shows_its_beam_search_fastest_first() -> None:
+    kernels = page_data(parse(three_kernel_trace()))["kernels"]
+    assert kernels[0]["beam"] == {"width": 2, "chosen": [["UPCAST", 0, 4]], "tried": 3,
+                                  "fastest": [[[["UPCAST", 0, 4]], 1e-6], [[], 3e-6]]}, "an unusable one is left out"
+    assert kernels[1]["beam"] is None, "k1 was not searched"
+
+
 def _write_trace(tmp_path: Path) -> Path:
     path = tmp_path / "trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps(three_kernel_trace()).encode()))

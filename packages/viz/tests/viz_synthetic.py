@@ -4,6 +4,7 @@ recorder's tables filled in by hand, so the package is tested without a runtime.
 from __future__ import annotations
 
 import base64
+import hashlib
 from typing import Any
 
 from plygrad.ir import AxisType, BufferRef, KernelInfo, Ops, Stage, UOp, dtypes, serialize
@@ -42,8 +43,9 @@ def chain_linear(calls: int, n: int = 4, fan: int = 1) -> UOp:
 
 
 def kernel_record(name: str, ops: int = 1000, mem: int = 4000) -> dict[str, Any]:
+    ast = serialize(add_kernel(4, name), Stage.KERNEL)
     return {"name": name, "device": "CPU", "source": f"void {name}(float* a) {{\n  a[0] = 1;\n}}\n",
-            "ast": base64.b64encode(serialize(add_kernel(4, name), Stage.KERNEL)).decode(), "target": "",
+            "ast": base64.b64encode(ast).decode(), "ast_sha": hashlib.sha256(ast).hexdigest(), "target": "",
             "renderer": "c", "arch": "x86-64", "opts": [["UPCAST", 0, 4]], "global_size": [1, 1, 1],
             "local_size": None, "ops": ops, "mem": mem,
             "params": [[0, "float32", 4, True], [1, "float32", 4, False], [2, "float32", 4, False]]}
@@ -70,4 +72,7 @@ def three_kernel_trace() -> dict[str, Any]:
         "markers": [[250_000, "epoch 1"]],
         "contents": [],
         "builds": [[20_000, 90_000, "scheduler 'default'", 3]],
+        "beams": [{"kernel": "k0", "device": "CPU", "width": 2, "chosen": [["UPCAST", 0, 4]],
+                   "ast_sha": hashlib.sha256(serialize(add_kernel(4, "k0"), Stage.KERNEL)).hexdigest(),
+                   "tried": [[[], 3e-6], [[["UPCAST", 0, 4]], 1e-6], [[["UPCAST", 0, 2]], None]]}],
     }

@@ -37,7 +37,7 @@ from plygrad.ir.serialize import deserialize, serialize
 from plygrad.ir.stage import Stage
 from plygrad.ir.target import Target
 from plygrad.ir.uop import UOp
-from plygrad.runtime import config, discovery
+from plygrad.runtime import config, discovery, trace
 from plygrad.runtime.bounds import find_violations
 from plygrad.runtime.cache import PROGRAMS
 from plygrad.runtime.counters import opts_text
@@ -325,6 +325,9 @@ class Search:
                 chosen = own if mine >= theirs else chosen
         self.progress.finish(f"{self.timed} programs in {time.perf_counter() - self.start:.1f} s, best "
                              f"{_us(best.seconds)} (default {_us(default)}){stop}, opts: {opts_text(chosen)}")
+        rec = trace.RECORDER
+        if rec is not None:  # every candidate with its time, for the kernel view (trace.py)
+            rec.beam(self.body, self.name, self.backend.name, tried=self.tried, chosen=chosen, width=self.width)
         return chosen
 
     def _rematch(self, own: tuple[Opt, ...], winner: tuple[Opt, ...]) -> tuple[float, float] | None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import atexit
 import base64
 import gzip
+import hashlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
@@ -55,6 +56,10 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def user_site(skip: int = 2) -> str:
     """`file:line` of the innermost frame outside plygrad: the user's line that made the runtime do this."""
     frame = sys._getframe(skip)
@@ -86,6 +91,7 @@ class Recorder:
         self._live: dict[int, tuple[str, int]] = {}  # buffer id -> (device, bytes) while allocated
         self._check_bytes = 0
         self.builds: list[list[Any]] = []  # [start, end, producer, kernels]: a plan read, checked and compiled
+        self.beams: list[dict[str, Any]] = []  # one BEAM search each: its candidates timed and the list chosen
         self._lock = threading.RLock()  # a schedule's record makes its kernels' records under it
         self._thread = threading.local()  # the run each thread is in (plans may run in several threads at once)
 
@@ -151,9 +157,11 @@ class Recorder:
         info = loaded.info
         target = Device[device].target
         ast = self._ast_of.get(id(loaded))
+        ast_bytes = None if ast is None else serialize(ast, Stage.KERNEL)
         self.kernels.append({
             "name": info.name, "device": device, "source": loaded.source,
-            "ast": None if ast is None else _b64(serialize(ast, Stage.KERNEL)),
+            "ast": None if ast_bytes is None else _b64(ast_bytes),
+            "ast_sha": None if ast_bytes is None else _sha(ast_bytes),
             "target": _b64(serialize_target(target)), "renderer": target.renderer, "arch": target.arch,
             "opts": [[o.op.name, o.axis, o.amount] for o in info.opts],
             "global_size": list(info.global_size), "local_size": None if info.local_size is None
@@ -208,6 +216,18 @@ class Recorder:
         do_copy(dst, src)
         self.copies.append([self.current_run, dst.device, src.device, src.nbytes, start, self.now()])
 
+    def beam(self, body: UOp, kernel: str, device: str, *, tried: Mapping[tuple[Any, ...], float | None],
+             chosen: Sequence[Any], width: int) -> None:
+        """A BEAM search of the kernel SINK `body` (named `kernel`) on `device`: every optimization list it tried
+        with its seconds (None: it did not lower, compile or run) and the one it chose. `ast_sha` links it to the
+        kernel record of the same AST."""
+        def listed(opts: Sequence[Any]) -> list[list[Any]]:
+            return [[o.op.name, o.axis, o.amount] for o in opts]
+
+        self.beams.append({"kernel": kernel, "device": device, "width": width, "chosen": listed(chosen),
+                           "ast_sha": _sha(serialize(body, Stage.KERNEL)),
+                           "tried": [[listed(opts), seconds] for opts, seconds in tried.items()]})
+
     # ---- memory and markers -----------------------------------------------------------------------------------
     def alloc(self, buffer_id: int, device: str, nbytes: int) -> None:
         self._live[buffer_id] = (device, nbytes)
@@ -228,7 +248,8 @@ class Recorder:
         return {"format": FORMAT, "version": list(VERSION), "started_unix": self.started_unix, "wall_ns": end,
                 "argv": list(sys.argv), "pid": os.getpid(), "schedules": self.schedules, "runs": self.runs,
                 "kernels": self.kernels, "launches": self.launches, "copies": self.copies, "memory": self.memory,
-                "markers": self.markers, "contents": self.contents, "builds": self.builds}
+                "markers": self.markers, "contents": self.contents, "builds": self.builds,
+                "beams": self.beams}
 
     def write(self, folder: str | os.PathLike[str]) -> Path:
         """Write `trace.json.gz` into `folder` (made if missing); return its path."""

@@ -24,6 +24,7 @@ MAX_TABLE_ROWS: Final = 1000  # rows a table draws at once, of its sorted order 
 MAX_SOURCE: Final = 200_000  # characters of one kernel's source kept in the page
 MAX_POINTS: Final = 20_000  # memory points per device drawn (evenly thinned past it, the peak kept)
 MAX_AT_PEAK: Final = 50  # allocations listed at a device's peak
+MAX_BEAM_ROWS: Final = 20  # BEAM candidates listed per kernel, fastest first
 MAX_LAUNCHES: Final = 200_000  # launches in the page (timeline, launch table); the figures count all of them
 # structure every kernel has: left out of the list of the ops a kernel computes
 STRUCTURE: Final = frozenset({"SINK", "PARAM", "INDEX", "RANGE", "END", "CONST", "DEFINE_VAR", "BIND"})
@@ -45,6 +46,7 @@ def page_data(trace: Trace, cap: int = CAP) -> dict[str, Any]:
     for launch in trace.launches:
         site = runs[launch[1]][3] if 0 <= launch[1] < len(runs) else None
         sites.setdefault(launch[0], Counter())[site or "?"] += 1
+    beams = {b.get("ast_sha"): b for b in trace.table("beams") if isinstance(b, dict)}
     kernels = []
     for i, kernel in enumerate(trace.kernels):
         source = str(kernel.get("source", ""))
@@ -56,6 +58,7 @@ def page_data(trace: Trace, cap: int = CAP) -> dict[str, Any]:
             "ops": kernel.get("ops", 0), "mem": kernel.get("mem", 0), "params": kernel.get("params", []),
             "renderer": kernel.get("renderer", ""), "arch": kernel.get("arch", ""),
             "sites": [site for site, _ in sites.get(i, Counter()).most_common(5)], "ast_ops": ops,
+            "beam": _beam_of(beams.get(kernel.get("ast_sha")) if kernel.get("ast_sha") else None),
         })
     schedules = trace.table("schedules")
     graphs = []
@@ -74,6 +77,15 @@ def page_data(trace: Trace, cap: int = CAP) -> dict[str, Any]:
             "table_rows": MAX_TABLE_ROWS, "builds": trace.table("builds"), "runs": runs, "devices": devices,
             "markers": trace.table("markers"), "graphs": graphs, "schedules": len(schedules), "memory": mem,
             "argv": trace.data.get("argv", [])}
+
+
+def _beam_of(search: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A kernel's BEAM search for the page: its width, the list chosen, the fastest candidates timed."""
+    if search is None:
+        return None
+    timed = sorted((t for t in search.get("tried", []) if isinstance(t[1], (int, float))), key=lambda t: t[1])
+    return {"width": search.get("width"), "chosen": search.get("chosen", []), "tried": len(search.get("tried", [])),
+            "fastest": timed[:MAX_BEAM_ROWS]}
 
 
 def _ops_of(ast: object) -> list[list[Any]]:

@@ -18,7 +18,7 @@ FORMAT: Final = "plygrad-trace"
 MAJOR: Final = 1  # the trace major version this reader understands (any minor: newer fields are ignored)
 # table -> the length of each row (the recorder's layout, docs/viz.md)
 ROWS: Final = {"runs": 4, "launches": 5, "copies": 6, "memory": 6, "markers": 2, "builds": 4}
-OPTIONAL: Final = ("builds", "contents")  # tables a trace may lack (read as empty)
+OPTIONAL: Final = ("builds", "contents", "beams")  # tables a trace may lack (read as empty)
 
 
 class TraceError(ValueError):
@@ -62,7 +62,7 @@ def parse(data: object, path: str = "<memory>") -> Trace:
     if not isinstance(data.get("wall_ns"), int):
         raise TraceError(f"{path}: \"wall_ns\" must be an integer, got {data.get('wall_ns')!r}")
     data = {**{name: [] for name in OPTIONAL if name not in data}, **data}
-    for name in ("schedules", "kernels", *ROWS):
+    for name in ("schedules", "kernels", "beams", *ROWS):
         if not isinstance(data.get(name), list):
             raise TraceError(f"{path}: \"{name}\" must be a list")
     for name, width in ROWS.items():

@@ -138,8 +138,14 @@
       ["global size", JSON.stringify(k.global_size)], ["local size", JSON.stringify(k.local_size)],
       ["opts", opts], ["params", params], ["estimates", k.ops + " ops, " + k.mem + " bytes per launch"],
       ["launched from", k.sites.join("; ") || "?"]];
+    const optText = (list) => list.map((o) => o[0] + "(" + o[1] + "," + o[2] + ")").join(" ") || "none";
+    const beam = k.beam ? "<h3>BEAM " + k.beam.width + ": " + k.beam.tried + " candidates tried, the fastest</h3>" +
+      '<table><thead><tr><th>time</th><th class="name">optimizations</th></tr></thead><tbody>' +
+      k.beam.fastest.map((t) => "<tr" + (optText(t[0]) === optText(k.beam.chosen) ? ' class="sel"' : "") + "><td>" +
+        fmtTime(Math.round(t[1] * 1e9)) + '</td><td class="name">' + esc(optText(t[0])) + "</td></tr>").join("") +
+      "</tbody></table>" : "";
     $("kernel-view").innerHTML = "<dl class=\"kv\">" + kv.map(([a, b]) => "<dt>" + esc(a) + "</dt><dd>" + esc(b) +
-      "</dd>").join("") + '</dl><pre class="src">' + k.source.split("\n").map((l) => "<span>" + esc(l) + "</span>")
+      "</dd>").join("") + "</dl>" + beam + '<pre class="src">' + k.source.split("\n").map((l) => "<span>" + esc(l) + "</span>")
       .join("") + "</pre>" + (k.source_cut ? '<p class="hint">source cut at ' + k.source.length + " characters</p>" : "");
     document.querySelectorAll("#kernel-table tbody tr").forEach((tr) => {
       tr.classList.toggle("sel", D.stats[tr.dataset.row].index === index);
