@@ -35,9 +35,11 @@ class StructuralKey:
 
 def structural_key(sink: UOp, rename: Callable[[UOp], UOp] | None = None) -> StructuralKey:
     """The structural key of `sink`: BUFFER ids by rank of first reach, BINDs at their variable's minimum, each
-    bound DEFINE_VAR passed through `rename` (called once per BIND, in toposort order) when given."""
+    bound DEFINE_VAR passed through `rename` (called once per BIND, in toposort order) when given. A variable bound
+    to two values in one graph becomes two variables of the key (`_apart`), so each use keeps its own value."""
     to_key: dict[UOp, UOp] = {}
     ids: list[int] = []
+    bound: dict[str, int] = {}  # the value each of the key's variables is bound to
     for node in sink.toposort:
         if node.op is Ops.BUFFER:
             ref: BufferRef = node.arg
@@ -45,6 +47,22 @@ def structural_key(sink: UOp, rename: Callable[[UOp], UOp] | None = None) -> Str
             ids.append(ref.id)
         elif node.op is Ops.BIND:
             var = node.src[0] if rename is None else rename(node.src[0])
+            value = int(node.src[1].arg)
+            if bound.setdefault(var.arg[0], value) != value:
+                var = _apart(var, sink, bound)
+                bound[var.arg[0]] = value
             to_key[node] = var.bind(var.arg[1])
     key = sink.substitute(to_key) if to_key else sink
     return StructuralKey(key, {k: v for v, k in to_key.items()}, tuple(ids))
+
+
+def _apart(var: UOp, sink: UOp, bound: dict[str, int]) -> UOp:
+    """A variable like `var` under a name no variable of `sink` or of the key has: for a second BIND of one variable
+    at another value in one graph (two writes into a KV cache at two positions), which as one key variable would
+    get one of the two values for both."""
+    name, vmin, vmax = var.arg
+    taken = set(bound) | {n.arg[0] for n in sink.toposort if n.op is Ops.DEFINE_VAR}
+    k = 1
+    while f"{name}_{k}" in taken:
+        k += 1
+    return UOp.variable(f"{name}_{k}", vmin, vmax, var.dtype)
