@@ -92,15 +92,25 @@ class GPT2Config:
 
 
 # ---- layers ---------------------------------------------------------------------------------------------------------
-def _normal(shape: tuple[int, ...], std: float) -> Tensor:
-    return Tensor.randn(*shape).mul(std).requires_grad_(True)
+def _normal(shape: tuple[int, ...], std: float, init: bool) -> Tensor:
+    """A trainable N(0, std) tensor, or with `init` False uninitialized memory (a checkpoint overwrites it: drawing
+    GPT-2 small's 124M random numbers first would cost seconds, since a tensor that requires grad is realized)."""
+    return (Tensor.randn(*shape).mul(std) if init else Tensor.empty(*shape)).requires_grad_(True)
+
+
+def _embedding(vocab_size: int, dim: int, std: float, init: bool) -> nn.Embedding:
+    """nn.Embedding with transformers' N(0, std) table; made without nn.Embedding's own N(0, 1) draw, which would be
+    realized (and thrown away) first."""
+    emb = nn.Embedding.__new__(nn.Embedding)
+    emb.vocab_size, emb.embed_size, emb.weight = vocab_size, dim, _normal((vocab_size, dim), std, init)
+    return emb
 
 
 class Conv1D:
     """transformers' Conv1D: `x @ weight + bias` with weight (in, out), initialized N(0, std), bias zeros."""
 
-    def __init__(self, n_in: int, n_out: int, std: float) -> None:
-        self.weight = _normal((n_in, n_out), std)
+    def __init__(self, n_in: int, n_out: int, std: float, init: bool) -> None:
+        self.weight = _normal((n_in, n_out), std, init)
         self.bias = Tensor.zeros(n_out).requires_grad_(True)
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -122,11 +132,11 @@ class KVCache:
 class Attention:
     """Causal multi-head self-attention with the fused q|k|v projection `c_attn` and the output projection."""
 
-    def __init__(self, config: GPT2Config, layer_idx: int) -> None:
+    def __init__(self, config: GPT2Config, layer_idx: int, init: bool) -> None:
         std = config.initializer_range
         self.n_head, self.n_embd = config.n_head, config.n_embd
-        self.c_attn = Conv1D(config.n_embd, 3 * config.n_embd, std)
-        self.c_proj = Conv1D(config.n_embd, config.n_embd, std / math.sqrt(2 * config.n_layer))
+        self.c_attn = Conv1D(config.n_embd, 3 * config.n_embd, std, init)
+        self.c_proj = Conv1D(config.n_embd, config.n_embd, std / math.sqrt(2 * config.n_layer), init)
         scale = 1.0 / math.sqrt(config.n_embd // config.n_head) if config.scale_attn_weights else 1.0
         self.scale = scale / (layer_idx + 1) if config.scale_attn_by_inverse_layer_idx else scale
         self.layer_idx = layer_idx
@@ -149,10 +159,10 @@ class Attention:
 
 
 class MLP:
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, init: bool) -> None:
         std = config.initializer_range
-        self.c_fc = Conv1D(config.n_embd, config.inner, std)
-        self.c_proj = Conv1D(config.inner, config.n_embd, std / math.sqrt(2 * config.n_layer))
+        self.c_fc = Conv1D(config.n_embd, config.inner, std, init)
+        self.c_proj = Conv1D(config.inner, config.n_embd, std / math.sqrt(2 * config.n_layer), init)
         self.approximate = GELU_VARIANTS[config.activation_function]
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -166,11 +176,11 @@ def _layer_norm(config: GPT2Config) -> nn.LayerNorm:
 class Block:
     """Pre-LayerNorm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.))."""
 
-    def __init__(self, config: GPT2Config, layer_idx: int) -> None:
+    def __init__(self, config: GPT2Config, layer_idx: int, init: bool) -> None:
         self.ln_1 = _layer_norm(config)
-        self.attn = Attention(config, layer_idx)
+        self.attn = Attention(config, layer_idx, init)
         self.ln_2 = _layer_norm(config)
-        self.mlp = MLP(config)
+        self.mlp = MLP(config, init)
 
     def __call__(self, x: Tensor, mask: Tensor, start_pos: Position, cache: KVCache | None) -> Tensor:
         h = x + self.attn(self.ln_1(x), mask, start_pos, cache)
@@ -180,12 +190,10 @@ class Block:
 class Transformer:
     """GPT2Model: the embeddings, the blocks and the final LayerNorm (no head)."""
 
-    def __init__(self, config: GPT2Config) -> None:
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wte.weight = _normal((config.vocab_size, config.n_embd), config.initializer_range)
-        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
-        self.wpe.weight = _normal((config.n_positions, config.n_embd), config.initializer_range)
-        self.h = [Block(config, i) for i in range(config.n_layer)]
+    def __init__(self, config: GPT2Config, init: bool) -> None:
+        self.wte = _embedding(config.vocab_size, config.n_embd, config.initializer_range, init)
+        self.wpe = _embedding(config.n_positions, config.n_embd, config.initializer_range, init)
+        self.h = [Block(config, i, init) for i in range(config.n_layer)]
         self.ln_f = _layer_norm(config)
 
 
@@ -211,14 +219,16 @@ class LMHead:
 
 # ---- the model ------------------------------------------------------------------------------------------------------
 class GPT2:
-    """GPT2LMHeadModel: token ids (B, T) -> next-token logits (B, T, vocab_size)."""
+    """GPT2LMHeadModel: token ids (B, T) -> next-token logits (B, T, vocab_size). Initialized like transformers
+    (N(0, initializer_range) weights, the residual projections scaled by 1/sqrt(2 n_layer), zero biases, unit
+    LayerNorms); `init=False` leaves the weights uninitialized, for a checkpoint to fill (`from_pretrained`)."""
 
-    def __init__(self, config: GPT2Config) -> None:
+    def __init__(self, config: GPT2Config, *, init: bool = True) -> None:
         self.config = config
-        self.transformer = Transformer(config)
+        self.transformer = Transformer(config, init)
         tied = self.transformer.wte.weight
         self.lm_head = LMHead(tied if config.tie_word_embeddings else
-                              _normal((config.vocab_size, config.n_embd), config.initializer_range))
+                              _normal((config.vocab_size, config.n_embd), config.initializer_range, init))
         self._positions = _Positions(config.n_positions, None)
 
     def __call__(self, ids: Tensor, start_pos: Position = 0, attention_mask: Tensor | None = None, *,
@@ -292,7 +302,7 @@ class GPT2:
         """The model of a transformers checkpoint folder: config.json plus model.safetensors (or a sharded
         model.safetensors.index.json) or pytorch_model.bin, its weights realized (on `device`)."""
         folder = Path(folder)
-        model = cls(GPT2Config.from_json(folder / "config.json"))
+        model = cls(GPT2Config.from_json(folder / "config.json"), init=False)
         if device is not None:
             model.to_(device)
         load_state_dict(model, _checkpoint_state(folder, model.config))
