@@ -278,3 +278,24 @@ def test_random_view_writes_match_torch(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(3, 23))
 def test_random_view_writes_match_torch_long(seed: int) -> None:
     _run_random_writes(seed, max_size=300 if seed % 4 == 0 else 12, steps=8)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_chained_cache_writes_run_in_the_order_made(layers: int) -> None:
+    """A KV cache per layer, the keys' buffers allocated before the values': layer i's writes read what layer i-1
+    wrote, all pending at once, and the result reads every cache. The writes must run in the order they were made,
+    not in buffer order (which once computed layer 1's keys before layer 0's values were written)."""
+    rng = np.random.default_rng(layers)
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    ws = [rng.standard_normal((8, 24)).astype(np.float32) * 0.5 for _ in range(layers)]
+    keys = [Tensor.zeros(10, 8).contiguous().realize() for _ in range(layers)]
+    values = [Tensor.zeros(10, 8).contiguous().realize() for _ in range(layers)]
+    h, want = Tensor(x), x
+    for i, w in enumerate(ws):
+        y, yn = h @ Tensor(w), want @ w
+        keys[i][0:3].assign(y[:, 8:16])
+        values[i][0:3].assign(y[:, 16:])
+        h = y[:, :8] + keys[i][:3] * values[i][:3]
+        want = yn[:, :8] + yn[:, 8:16] * yn[:, 16:]
+    np.testing.assert_allclose(h.numpy(), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(values[-1].numpy()[:3], yn[:, 16:], rtol=1e-4, atol=1e-4)

@@ -9,6 +9,7 @@ their locking: docs/frontend-internals.md, "Realize state".
 from __future__ import annotations
 
 import atexit
+import itertools
 import threading
 import weakref
 from collections import OrderedDict
@@ -37,7 +38,9 @@ class RealizeState:
     """The tables of the module docstring, each behind a small method; one instance, `STATE`."""
 
     def __init__(self) -> None:
-        self._pending_assigns: dict[int, list[LazyTensor]] = {}
+        # buffer id -> (when it was made, the tensor holding the ASSIGN): realize runs them in the order made
+        self._pending_assigns: dict[int, list[tuple[int, LazyTensor]]] = {}
+        self._assign_order = itertools.count()
         self._done_assigns: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
         # whether `_done_assigns` may hold an entry: realize asks on every call, and a weak dictionary's len() is
         # Python code. Set after an insert; cleared before the table is found empty, so a racing insert always
@@ -72,18 +75,19 @@ class RealizeState:
     def record_assign(self, buffer_id: int, tensor: LazyTensor) -> None:
         """`tensor` now holds an ASSIGN into buffer `buffer_id` that has not run."""
         waiting = self._pending_assigns.setdefault(buffer_id, [])
-        if not any(t is tensor for t in waiting):
-            waiting.append(tensor)
+        if not any(t is tensor for _, t in waiting):
+            waiting.append((next(self._assign_order), tensor))
 
     def take_pending_assigns(self, buffer_ids: set[int]) -> list[LazyTensor]:
-        """The tensors holding pending assigns into these buffers, in buffer-id order and then in the order they
-        were made; they are no longer pending (the caller runs them)."""
-        found: list[LazyTensor] = []
+        """The tensors holding pending assigns into these buffers, in the order they were made (program order: an
+        assign's value may read what an earlier one wrote into another of these buffers); they are no longer pending
+        (the caller runs them)."""
+        found: list[tuple[int, LazyTensor]] = []
         if not self._pending_assigns:
-            return found
-        for buffer_id in sorted(buffer_ids & self._pending_assigns.keys()):
+            return []
+        for buffer_id in buffer_ids & self._pending_assigns.keys():
             found.extend(self._pending_assigns.pop(buffer_id))
-        return found
+        return [t for _, t in sorted(found, key=lambda entry: entry[0])]
 
     def finish_assign(self, node: UOp, target: UOp, buffer_id: int, tensor: LazyTensor) -> None:
         """The ASSIGN `node` (held by `tensor`) ran: later graphs read `target` instead, and it is not pending."""
@@ -94,7 +98,7 @@ class RealizeState:
             self._versions[buffer_id] = versions
         else:
             self._versions.pop(buffer_id, None)
-        waiting = [t for t in self._pending_assigns.get(buffer_id, []) if t is not tensor]
+        waiting = [entry for entry in self._pending_assigns.get(buffer_id, []) if entry[1] is not tensor]
         if waiting:
             self._pending_assigns[buffer_id] = waiting
         else:
