@@ -148,11 +148,8 @@ class Attention:
                    for t in self.c_attn(x).split(self.n_embd, dim=-1))
         if cache is not None:
             keys, values = cache.keys[self.layer_idx], cache.values[self.layer_idx]
-            written_k = keys[:, :, start_pos:start_pos + length].assign(k)
-            written_v = values[:, :, start_pos:start_pos + length].assign(v)
-            # written now, layer by layer: left pending, the writes of two layers' key and value caches in one
-            # graph read stale values (the frontend bug in docs/gpt2.md, "Known issues")
-            written_k.realize(written_v)
+            keys[:, :, start_pos:start_pos + length].assign(k)
+            values[:, :, start_pos:start_pos + length].assign(v)
             k, v = keys[:, :, :start_pos + length], values[:, :, :start_pos + length]
         out = q.scaled_dot_product_attention(k, v, attn_mask=mask, scale=self.scale)
         return self.c_proj(out.transpose(1, 2).reshape(batch, length, self.n_embd))
