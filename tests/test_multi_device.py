@@ -90,6 +90,20 @@ def test_indexing_and_cat_match_numpy(axis: int) -> None:
         m[Tensor([0, 1])]
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_setitem_writes_each_devices_part(axis: int) -> None:
+    a = data(4, 6)
+    m = Tensor(a.copy()).shard(D2, axis).realize()
+    expected = a.copy()
+    for index, value in (((slice(None), 2), 7.0), ((1,), 3.0), ((2, slice(1, 5)), -1.0)):
+        m[index] = value
+        expected[index] = value
+    rows = data(2, 6)
+    m[1:3] = Tensor(rows).to(D2)
+    expected[1:3] = rows
+    np.testing.assert_array_equal(m.numpy(), expected)
+
+
 def test_random_tensors_shard_like_the_whole_draw() -> None:
     Tensor.manual_seed(5)
     whole = Tensor.rand(8, 3).numpy()

@@ -278,7 +278,7 @@ class MultiTensor:
     reshape, view, permute, transpose = multi_ops.reshape, multi_ops.view, multi_ops.permute, multi_ops.transpose
     expand, flatten, unsqueeze, squeeze = multi_ops.expand, multi_ops.flatten, multi_ops.unsqueeze, multi_ops.squeeze
     pad, shrink, flip, where = multi_ops.pad, multi_ops.shrink, multi_ops.flip, multi_ops.where
-    __getitem__, cat = multi_ops.getitem, multi_ops.cat
+    __getitem__, __setitem__, cat = multi_ops.getitem, multi_ops.setitem, multi_ops.cat
     matmul, linear, dot = multi_ops.matmul, multi_ops.linear, multi_ops.dot
     var, std, log_softmax, softmax = multi_ops.var, multi_ops.std, multi_ops.log_softmax, multi_ops.softmax
     logsumexp, conv2d, batchnorm = multi_ops.logsumexp, multi_ops.conv2d, multi_ops.batchnorm

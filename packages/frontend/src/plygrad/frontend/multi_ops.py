@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from plygrad.frontend.tensor import Tensor
 from plygrad.ir import ShapeError
 
 if TYPE_CHECKING:
@@ -182,6 +183,51 @@ def getitem(m: MultiTensor, index: Any) -> MultiTensor:
         out_dim += 0 if isinstance(item, int) else 1
         axis += 1
     return type(m)([s[tuple(full)] for s in m.shards], new_axis)
+
+
+def setitem(m: MultiTensor, index: Any, value: Any) -> None:
+    """`m[index] = value` in place, each device writing its part (basic indices, as `getitem`): along the split
+    axis an int writes on the device holding it, a slice of step 1 on the devices it overlaps. `value` is a
+    scalar, a replicated MultiTensor, or one laid out like `m[index]`."""
+    from plygrad.frontend.multi import MultiTensor  # imports this module
+
+    items = list(index) if isinstance(index, tuple) else [index]
+    used = sum(1 for item in items if item is not None and item is not Ellipsis)
+    at = items.index(Ellipsis) if Ellipsis in items else len(items)
+    full = [*items[:at], *(slice(None),) * (m.ndim - used), *items[at + 1:]]
+    target = getitem(m, tuple(full))  # checks the index, and gives the written region's shape and layout
+    if isinstance(value, MultiTensor) and value.axis is not None and (value.axis, value.bounds) != (target.axis,
+                                                                                                   target.bounds):
+        value = value._gathered()
+    if m.axis is None or target.axis is not None:
+        local = m._local(value, target.ndim, target.axis, target.bounds)
+        for s, v in zip(m.shards, local, strict=True):
+            s[tuple(full)] = v
+        return
+    axis_items = [i for i, item in enumerate(full) if item is not None]
+    slot = axis_items[m.axis]
+    entry = full[slot]
+    out_axis = sum(1 for item in full[:slot] if not isinstance(item, int))
+    assert m.bounds is not None
+    if isinstance(entry, int):
+        where = entry % m.shape[m.axis]
+        for s, v, (a, b) in zip(m.shards, m._local(value, target.ndim, None, None), m.bounds, strict=True):
+            if a <= where < b:
+                s[tuple(where - a if i == slot else item for i, item in enumerate(full))] = v
+        return
+    start, stop, step = entry.indices(m.shape[m.axis])
+    if step != 1:
+        raise IndexError(f"setitem on a MultiTensor: a slice of step {step} along the split axis {m.axis}; write it "
+                         "on one device (.to(device)) and shard again")
+    values = m._local(value, target.ndim, None, None)
+    for s, v, (a, b) in zip(m.shards, values, m.bounds, strict=True):
+        lo, hi = max(a, start), min(b, stop)
+        if lo >= hi:
+            continue
+        piece = v
+        if isinstance(v, Tensor) and v.ndim == target.ndim and v.shape[out_axis] != 1:
+            piece = v.shrink(tuple((lo - start, hi - start) if k == out_axis else None for k in range(v.ndim)))
+        s[tuple(slice(lo - a, hi - a) if i == slot else item for i, item in enumerate(full))] = piece
 
 
 def cat(m: MultiTensor, *others: MultiTensor, dim: int = 0) -> MultiTensor:
