@@ -1,6 +1,6 @@
 """Train a small character-level GPT on the Python standard library's own source, with plygrad on the CPU.
 
-    python3 examples/train_gpt.py [--steps 1200] [--out gpt_stdlib] [--short] [--torch] [--threshold 1.6]
+    python3 examples/train_gpt.py [--steps 500] [--out gpt_stdlib] [--short] [--torch] [--threshold 2.0]
 
 The text is every `*.py` file under `sysconfig.get_paths()["stdlib"]` (site-packages and dist-packages left out),
 read in sorted order; every 20th file is held out and never trained on. Tokens are characters: printable ASCII,
@@ -108,7 +108,7 @@ def eval_batches(data: Array, batch: int, context: int, count: int) -> list[tupl
 # ---- training -------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Settings:
-    steps: int = 1200
+    steps: int = 500
     batch: int = 32
     context: int = 128
     layers: int = 4
@@ -321,10 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("steps", "batch", "context", "layers", "width", "heads", "warmup", "seed"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--lr", type=float, default=defaults.lr)
-    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--eval-batches", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("gpt_stdlib"), help="checkpoint folder (made if missing)")
-    parser.add_argument("--threshold", type=float, default=1.6,
+    parser.add_argument("--threshold", type=float, default=2.0,
                         help="exit 1 if the final held-out loss (nats per character) is above this")
     parser.add_argument("--sample", type=int, default=200, help="characters to sample at the end")
     parser.add_argument("--short", action="store_true", help="a few steps of a tiny model on a few files (a test)")
