@@ -158,7 +158,7 @@ def test_creation_dtypes_follow_pytorch() -> None:
 
 
 def _rand_binds(t: Tensor) -> list[int]:
-    """The values bound to a draw's variables: its counter offset, then its seed (random.py)."""
+    """The values bound to a draw's variables: its counter offset, then its seed (randomness/stream.py)."""
     binds = sorted((n for n in t.uop.toposort if n.op is Ops.BIND), key=lambda b: str(b.src[0].arg[0]))
     return [int(b.src[1].arg) for b in binds][::-1]  # rng_ofs<k> sorts after rng_key<k>
 

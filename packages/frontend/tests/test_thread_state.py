@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from plygrad.frontend import Tensor, enable_grad, no_grad, random, scheduling
+from plygrad.frontend import Tensor, enable_grad, no_grad, scheduling
 from plygrad.frontend.jit import JitError, TinyJit
+from plygrad.frontend.randomness import stream as random
 from plygrad.frontend.realize_state import STATE
 from plygrad.runtime.testing import fine_thread_switching
 

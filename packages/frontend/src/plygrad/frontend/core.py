@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from plygrad.frontend import random
 from plygrad.frontend.lazy import LazyTensor, buffer_view
+from plygrad.frontend.randomness import stream
 from plygrad.frontend.realize_state import STATE
 from plygrad.ir import DType, Ops, UOp, dtypes
 from plygrad.runtime import Buffer
@@ -35,12 +35,12 @@ def float_input(x: Tensor) -> Tensor:
 
 def int_range_uop(count: int, device: str) -> UOp:
     """0..count-1 as a graph, int32 (int64 when count does not fit)."""
-    return random.counter(count, dtypes.int32 if count < 2**31 else dtypes.int64, device)
+    return stream.counter(count, dtypes.int32 if count < 2**31 else dtypes.int64, device)
 
 
 def int_range(x: Tensor, n: int) -> Tensor:
     """0..n-1 as int32 on x's device, made in the graph (no memory): what a one-hot mask compares indices with."""
-    return x._make(random.counter(n, dtypes.int32, x.device), x.device)
+    return x._make(stream.counter(n, dtypes.int32, x.device), x.device)
 
 
 def typed_like(x: Tensor, other: LazyTensor) -> Tensor:

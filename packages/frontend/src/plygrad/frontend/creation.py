@@ -1,7 +1,7 @@
 """Creation: constants, ranges, identity matrices, empty buffers and random tensors, as Tensor classmethods.
 
 Constants cost no memory until realized (a CONST broadcast to the shape); `arange` and the random tensors are built in
-the graph from a counter (plygrad.frontend.random), so they too compute inside whatever kernel reads them.
+the graph from a counter (plygrad.frontend.randomness.stream), so they too compute inside whatever kernel reads them.
 """
 
 # The public signatures are tinygrad's and PyTorch's, positional arguments included, so ports keep working.

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from plygrad.frontend import random
 from plygrad.frontend.lazy import buffer_view
 from plygrad.frontend.multi import MultiTensor
+from plygrad.frontend.randomness import stream
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.symbolic import bound_shape
 from plygrad.frontend.tensor import Tensor
@@ -209,7 +209,7 @@ class CapturedJit:
     inputs: list[_Input]
     outputs: list[_Output]
     template: Any
-    draws: list[random.Draw]
+    draws: list[stream.Draw]
     pruned: int = 0  # steps dropped by prune=True
     variables: tuple[tuple[str, UOp], ...] = ()  # (path, DEFINE_VAR) of each bound Variable argument
 
@@ -229,8 +229,8 @@ class CapturedJit:
             return {}
         first = min(d.offset for d in self.draws)
         span = max(d.offset + d.n for d in self.draws) - first
-        base, seed = random.take(span)
-        key = random.signed_key(seed)
+        base, seed = stream.take(span)
+        key = stream.signed_key(seed)
         vals = {d.offset_var: d.offset - first + base for d in self.draws}
         vals.update({d.key_var: key for d in self.draws})
         return vals
@@ -355,10 +355,10 @@ class TinyJit(Generic[R]):
         return result
 
     def _record(self, found: list[tuple[str, Tensor]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-        epoch = random.seed_epoch()
-        with random.logging_draws() as draws, STATE.capturing() as capture:
+        epoch = stream.seed_epoch()
+        with stream.logging_draws() as draws, STATE.capturing() as capture:
             result = self._run(args, kwargs)
-        if random.seed_epoch() != epoch:
+        if stream.seed_epoch() != epoch:
             raise JitError(f"TinyJit {self._name}: manual_seed was called while the function was recorded; a replay "
                            "runs no Python code, so it would not reseed. Call manual_seed outside the jitted "
                            "function (replays draw from the current seed)")

@@ -16,8 +16,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Final
 
-from plygrad.frontend import autograd, config, random
+from plygrad.frontend import autograd, config
 from plygrad.frontend.errors import SchedulerNotFoundError
+from plygrad.frontend.randomness import stream
 from plygrad.frontend.realize_state import STATE
 from plygrad.ir import Ops, Stage, UOp, dtypes, serialize, structural_key
 from plygrad.runtime import Buffer, ExecPlan, discovery, load_plan, lookup_buffer, plans_generation, read_schedule
@@ -111,7 +112,7 @@ class Normalized:
 
 def normalize(sink: UOp) -> Normalized:
     """`sink` with its BUFFERs renumbered 0, 1, ... in toposort order and every BIND bound to its variable's minimum;
-    the variables a random draw made (random.VAR_PREFIX, one pair per draw) are renamed by rank too, so draws of one
+    the variables a random draw made (stream.VAR_PREFIX, one pair per draw) are renamed by rank too, so draws of one
     size at any offset and seed are one structure (scheduled, lowered and compiled once).
 
     A graph realized recently is found by identity, without a walk (`STATE.seen_graph`): nodes are hash-consed, so
@@ -125,9 +126,9 @@ def normalize(sink: UOp) -> Normalized:
 
     def by_rank(var: UOp) -> UOp:
         name, vmin, vmax = var.arg
-        if not name.startswith(random.VAR_PREFIX):
+        if not name.startswith(stream.VAR_PREFIX):
             return var
-        kind = random.OFFSET_PREFIX if name.startswith(random.OFFSET_PREFIX) else random.KEY_PREFIX
+        kind = stream.OFFSET_PREFIX if name.startswith(stream.OFFSET_PREFIX) else stream.KEY_PREFIX
         rank = ranks[kind] = ranks.get(kind, -1) + 1
         return UOp.variable(f"{kind}{rank}", vmin, vmax, var.dtype)
 

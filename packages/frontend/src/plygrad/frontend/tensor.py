@@ -25,12 +25,10 @@ from plygrad.frontend import (
     elementwise,
     host,
     indexing,
-    keyed_random,
     losses,
     movement,
     norm,
     pool,
-    random_ops,
     realization,
     reduce,
     resample,
@@ -51,6 +49,7 @@ from plygrad.frontend.lazy import (
     stop_gradient,
 )
 from plygrad.frontend.modes import grad_mode, training_mode
+from plygrad.frontend.randomness import draws, keyed
 from plygrad.frontend.realize_state import STATE
 from plygrad.frontend.symbolic import symbolic_text
 from plygrad.ir import (
@@ -472,14 +471,14 @@ class Tensor(LazyTensor):
     empty, arange, linspace = classmethod(creation.empty), classmethod(creation.arange), classmethod(creation.linspace)
     eye, full_like, zeros_like = classmethod(creation.eye), creation.full_like, creation.zeros_like
     ones_like, empty_like, triu, tril = creation.ones_like, creation.empty_like, creation.triu, creation.tril
-    # random_ops.py
-    rand_like, randn_like = random_ops.rand_like, random_ops.randn_like
-    manual_seed, rand = staticmethod(random_ops.manual_seed), classmethod(random_ops.rand)
-    randn, randint = classmethod(random_ops.randn), classmethod(random_ops.randint)
-    uniform, normal = classmethod(random_ops.uniform), classmethod(random_ops.normal)
-    scaled_uniform, glorot_uniform = classmethod(random_ops.scaled_uniform), classmethod(random_ops.glorot_uniform)
-    kaiming_uniform, kaiming_normal = classmethod(random_ops.kaiming_uniform), classmethod(random_ops.kaiming_normal)
-    randperm, multinomial, dropout = classmethod(random_ops.randperm), random_ops.multinomial, random_ops.dropout
+    # randomness/draws.py
+    rand_like, randn_like = draws.rand_like, draws.randn_like
+    manual_seed, rand = staticmethod(draws.manual_seed), classmethod(draws.rand)
+    randn, randint = classmethod(draws.randn), classmethod(draws.randint)
+    uniform, normal = classmethod(draws.uniform), classmethod(draws.normal)
+    scaled_uniform, glorot_uniform = classmethod(draws.scaled_uniform), classmethod(draws.glorot_uniform)
+    kaiming_uniform, kaiming_normal = classmethod(draws.kaiming_uniform), classmethod(draws.kaiming_normal)
+    randperm, multinomial, dropout = classmethod(draws.randperm), draws.multinomial, draws.dropout
     # conv.py
     conv2d, conv1d, conv3d, conv_transpose2d = conv.conv2d, conv.conv1d, conv.conv3d, conv.conv_transpose2d
     conv_transpose1d = conv.conv_transpose1d
@@ -505,7 +504,7 @@ class Tensor(LazyTensor):
     rearrange, qr, svd = compat.rearrange, compat.qr, compat.svd
     newton_schulz, sequential, const_like = compat.newton_schulz, compat.sequential, compat.const_like
     data, clone, replace = compat.data, compat.clone, compat.replace
-    random_bits = classmethod(keyed_random.random_bits)  # keyed_random.py
+    random_bits = classmethod(keyed.random_bits)  # randomness/keyed.py
     to_, from_blob, from_url = compat.to_, classmethod(compat.from_blob), staticmethod(compat.from_url)
     const, ufix, usum, uprod = staticmethod(compat.const), compat.ufix, compat.usum, compat.uprod
     threefry, contiguous_backward, max_numel = compat.threefry, compat.contiguous_backward, compat.max_numel

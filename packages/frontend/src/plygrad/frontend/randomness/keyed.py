@@ -1,5 +1,5 @@
 """`Tensor.random_bits(key, counter, num)`: tinygrad's stateless random stream, driven by explicit key and counter
-tensors instead of the global seed (plygrad.frontend.random holds the seeded, stateful stream behind `rand`).
+tensors instead of the global seed (randomness/stream.py holds the seeded, stateful stream behind `rand`).
 
 The stream is Threefry-2x32 (the IR's THREEFRY op) used twice. `key` and `counter` each hold two uint32 words,
 (low, high). First the counter, offset by the chunk's start, is hashed under `key` into a fresh 64-bit key for the

@@ -3,7 +3,7 @@ the seed, and the in-graph counter `0..n-1` (`counter`, which `arange` uses too)
 
 A draw of n values is THREEFRY(offset + i, key); offset and seed are bound kernel variables, so one kernel serves
 every draw of a size and a TinyJit replay draws fresh numbers. docs/frontend.md, "Randomness"; tinygrad's keyed
-stream (`Tensor.random_bits`) is keyed_random.py.
+stream (`Tensor.random_bits`) is randomness/keyed.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Random tensors and dropout: rand, randn, randint, uniform, normal, the Glorot/Kaiming initializers, randperm,
 multinomial, and dropout.
 
-The numbers come from plygrad.frontend.random: Threefry-2x32 over a counter, with the offset and key as kernel
+The numbers come from randomness/stream.py: Threefry-2x32 over a counter, with the offset and key as kernel
 variables, so every draw is fresh and a new draw of the same shape reuses the compiled kernel.
 """
 
@@ -12,9 +12,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from plygrad.frontend import core, creation, random
+from plygrad.frontend import core, creation
 from plygrad.frontend.errors import ArgumentValueError
 from plygrad.frontend.lazy import resolve_device
+from plygrad.frontend.randomness import stream
 from plygrad.ir import DType, DTypeError, DTypeLike, ShapeError, dtypes, to_dtype
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def dropout(x: Tensor, p: float = 0.5) -> Tensor:
         return x
     if p == 1.0:
         return x.mul(0)
-    draws = x._make(random.uniform_uop(x.numel(), dtypes.float32, x.device), x.device)
+    draws = x._make(stream.uniform_uop(x.numel(), dtypes.float32, x.device), x.device)
     keep = draws.reshape(x.shape).ge(p)
     return keep.where(x.mul(1.0 / (1.0 - p)), 0)
 
@@ -63,7 +64,7 @@ def _like_float(x: Tensor) -> DType:
 
 def manual_seed(seed: int = 0) -> None:
     """Make `rand`/`randn` reproducible: the same seed gives the same sequence of tensors."""
-    random.set_seed(seed)
+    stream.set_seed(seed)
 
 
 def rand(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None = None,
@@ -77,7 +78,7 @@ def rand(cls: type[Tensor], *shape: int | Sequence[int], dtype: DTypeLike | None
     if not dt.is_float:
         raise DTypeError(f"rand makes floats, not {dt}; cast the result to get another dtype")
     dev = resolve_device(device)
-    drawn = cls._make(random.uniform_uop(math.prod(dims), dt, dev), dev).reshape(dims)
+    drawn = cls._make(stream.uniform_uop(math.prod(dims), dt, dev), dev).reshape(dims)
     return creation.requiring_grad(drawn, requires_grad)
 
 
