@@ -25,7 +25,7 @@ from plygrad.frontend import Tensor
 from plygrad.frontend.jit import TinyJit
 from plygrad.frontend.multi import MultiTensor
 from plygrad.frontend.nn import optim
-from plygrad.frontend.nn.optimizer import OptimizerGroup
+from plygrad.frontend.nn.optim import OptimizerGroup
 from plygrad.frontend.replicas import per_device, replicate
 
 Array = np.ndarray[Any, Any]

@@ -13,7 +13,7 @@ from plygrad.frontend import Tensor, nn
 from plygrad.frontend.jit import TinyJit
 from plygrad.frontend.multi import MultiTensor, allreduce, split_bounds
 from plygrad.frontend.nn import optim
-from plygrad.frontend.nn.optimizer import OptimizerGroup
+from plygrad.frontend.nn.optim import OptimizerGroup
 from plygrad.frontend.nn.state import get_parameters
 from plygrad.frontend.replicas import per_device, replicate
 from plygrad.ir import Ops, ShapeError

@@ -9,16 +9,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from plygrad.frontend.nn.optimizer import Optimizer, OptimizerGroup
-
-
-def _members(optimizer: Optimizer) -> list[Optimizer]:
-    """The optimizers whose learning rates a schedule drives (PyTorch's param groups)."""
-    if isinstance(optimizer, OptimizerGroup):
-        return [m for o in optimizer.optimizers for m in _members(o)]
-    return [optimizer]
+if TYPE_CHECKING:
+    from plygrad.frontend.nn.optim import Optimizer
 
 
 class LRScheduler:
@@ -31,7 +25,7 @@ class LRScheduler:
 
     def __init__(self, optimizer: Optimizer, last_epoch: int = -1) -> None:
         self.optimizer = optimizer
-        self.members = _members(optimizer)
+        self.members = optimizer.members()
         if last_epoch == -1:  # the first schedule of an optimizer sets its initial rate (PyTorch's setdefault)
             for o in self.members:
                 if o.initial_lr is None:
@@ -65,7 +59,7 @@ class LambdaLR(LRScheduler):
 
     def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float] | Sequence[Callable[[int], float]],
                  last_epoch: int = -1) -> None:
-        n = len(_members(optimizer))
+        n = len(optimizer.members())
         self.lr_lambdas = list(lr_lambda) if isinstance(lr_lambda, Sequence) else [lr_lambda] * n
         if len(self.lr_lambdas) != n:
             raise ValueError(f"LambdaLR: got {len(self.lr_lambdas)} lr_lambdas for {n} optimizers")
@@ -167,7 +161,7 @@ class SequentialLR(LRScheduler):
                 raise ValueError(f"SequentialLR: scheduler {i} ({type(sched).__name__}) drives another optimizer")
         self.schedulers, self.milestones = list(schedulers), list(milestones)
         # not LRScheduler.__init__: the schedulers made above already moved the rate away from the initial one
-        self.optimizer, self.members = optimizer, _members(optimizer)
+        self.optimizer, self.members = optimizer, optimizer.members()
         self.base_lrs = list(self.schedulers[0].base_lrs)
         self.last_epoch = last_epoch
         self._last_lr = []
@@ -206,7 +200,7 @@ class OneCycleLR(LRScheduler):
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
         self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
-        members = _members(optimizer)
+        members = optimizer.members()
         peaks = [float(max_lr)] * len(members) if isinstance(max_lr, (int, float)) else [float(v) for v in max_lr]
         if len(peaks) != len(members):
             raise ValueError(f"OneCycleLR: got {len(peaks)} max_lr values for {len(members)} optimizers")
